@@ -1,0 +1,3 @@
+from specllama.cli import app
+
+app(prog_name="specllama")

@@ -1,0 +1,304 @@
+"""One llama.cpp model + context, through llama-cpp-python's low-level API.
+
+The only module that imports `llama_cpp`. Everything above it sees token ids and numpy arrays.
+
+Bookkeeping lives here, in one place: `self.tokens` is exactly what the context has evaluated
+(sequence 0, positions 0..n_past-1). `decode` appends, `rollback` truncates, `sync` brings the
+context to any token sequence by keeping the common prefix and evaluating the rest. Logits are
+requested only at the batch positions that need them (no `logits_all` score buffer).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import psutil
+
+from specllama.errors import ContextOverflowError, ModelLoadError
+
+log = logging.getLogger("specllama.llama_cpp")
+
+_GGUF_MAGIC = b"GGUF"
+_LOG_LEVELS = {1: logging.INFO, 2: logging.WARNING, 3: logging.ERROR, 4: logging.DEBUG}
+
+
+@cache
+def _llama():
+    """Import llama_cpp once, and route its log lines to Python logging (debug level)."""
+    import llama_cpp
+
+    @llama_cpp.llama_log_callback
+    def to_logging(level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(text.decode("utf-8", "replace").rstrip("\n"))
+
+    llama_cpp.llama_log_set(to_logging, ctypes.c_void_p(0))
+    _llama.callback = to_logging  # keep the ctypes callback alive
+    llama_cpp.llama_backend_init()
+    return llama_cpp
+
+
+@dataclass(frozen=True)
+class BuildFacts:
+    """What this llama.cpp build can do."""
+
+    version: str
+    gpu_offload: bool
+    system_info: str
+
+
+def build_facts() -> BuildFacts:
+    llama_cpp = _llama()
+    return BuildFacts(
+        version=llama_cpp.__version__,
+        gpu_offload=bool(llama_cpp.llama_supports_gpu_offload()),
+        system_info=llama_cpp.llama_print_system_info().decode("utf-8", "replace").strip(),
+    )
+
+
+def default_threads() -> int:
+    """Physical cores: llama-cpp-python's default (half the logical CPUs) halves speed on
+    small machines. Draft and target run in turn, so both may use all of them."""
+    return psutil.cpu_count(logical=False) or psutil.cpu_count() or 1
+
+
+@dataclass(frozen=True)
+class VocabInfo:
+    """What the vocabulary compatibility check compares."""
+
+    vocab_type: int
+    n_vocab: int
+    bos: int
+    eos: int
+    add_bos: bool
+
+
+def _check_gguf(path: Path) -> None:
+    if not path.is_file():
+        raise ModelLoadError(f"model file not found: {path}")
+    with open(path, "rb") as f:
+        if f.read(4) != _GGUF_MAGIC:
+            raise ModelLoadError(
+                f"{path} is not a GGUF file", hint="specllama runs llama.cpp models (.gguf)"
+            )
+
+
+class LlamaBackend:
+    """A loaded model with one context (sequence 0)."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        n_ctx: int = 4096,
+        n_gpu_layers: int = 0,
+        n_threads: int | None = None,
+        n_batch: int = 512,
+    ) -> None:
+        self.path = Path(path)
+        _check_gguf(self.path)
+        llama_cpp = _llama()
+        self._lib = llama_cpp
+
+        model_params = llama_cpp.llama_model_default_params()
+        model_params.n_gpu_layers = n_gpu_layers
+        self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), model_params)
+        if not self._model:
+            raise ModelLoadError(f"llama.cpp could not load {self.path}")
+        self._vocab = llama_cpp.llama_model_get_vocab(self._model)
+
+        threads = n_threads or default_threads()
+        ctx_params = llama_cpp.llama_context_default_params()
+        ctx_params.n_ctx = n_ctx
+        ctx_params.n_batch = n_batch
+        ctx_params.n_ubatch = n_batch
+        ctx_params.n_threads = threads
+        ctx_params.n_threads_batch = threads
+        self._ctx = llama_cpp.llama_init_from_model(self._model, ctx_params)
+        if not self._ctx:
+            llama_cpp.llama_model_free(self._model)
+            raise ModelLoadError(f"llama.cpp could not create a context for {self.path}")
+        self._memory = llama_cpp.llama_get_memory(self._ctx)
+        self.n_ctx = llama_cpp.llama_n_ctx(self._ctx)
+        self.n_batch = n_batch
+        self.n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
+        self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
+        self.tokens: list[int] = []
+        self.n_decoded = 0  # tokens evaluated over the lifetime (prefix reuse shows up here)
+        self.decode_seconds = 0.0  # time inside llama_decode: what is not Python overhead
+
+    # -- lifetime ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        if getattr(self, "_ctx", None):
+            self._lib.llama_batch_free(self._batch)
+            self._lib.llama_free(self._ctx)
+            self._lib.llama_model_free(self._model)
+            self._ctx = None
+
+    def __enter__(self) -> LlamaBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        self.close()
+
+    # -- vocabulary -------------------------------------------------------------------------
+
+    @property
+    def vocab(self) -> VocabInfo:
+        lib, v = self._lib, self._vocab
+        return VocabInfo(
+            vocab_type=lib.llama_vocab_type(v),
+            n_vocab=self.n_vocab,
+            bos=lib.llama_vocab_bos(v),
+            eos=lib.llama_vocab_eos(v),
+            add_bos=bool(lib.llama_vocab_get_add_bos(v)),
+        )
+
+    def token_text(self, token: int) -> bytes:
+        """The raw vocabulary entry (as stored in the GGUF), for the compatibility check."""
+        return self._lib.llama_vocab_get_text(self._vocab, token) or b""
+
+    def is_eog(self, token: int) -> bool:
+        return bool(self._lib.llama_vocab_is_eog(self._vocab, token))
+
+    def tokenize(self, text: str, *, add_bos: bool = True, special: bool = True) -> list[int]:
+        """Text -> ids. `special` parses control tokens written in the text (chat templates)."""
+        data = text.encode("utf-8")
+        capacity = len(data) + 8
+        buf = (self._lib.llama_token * capacity)()
+        n = self._lib.llama_tokenize(self._vocab, data, len(data), buf, capacity, add_bos, special)
+        if n < 0:  # buffer too small: llama.cpp says how many it needs
+            capacity = -n
+            buf = (self._lib.llama_token * capacity)()
+            n = self._lib.llama_tokenize(
+                self._vocab, data, len(data), buf, capacity, add_bos, special
+            )
+        return list(buf[:n])
+
+    def token_bytes(self, token: int, *, special: bool = False) -> bytes:
+        """One token's bytes (may be part of a UTF-8 character); control tokens render empty."""
+        buf = ctypes.create_string_buffer(64)
+        n = self._lib.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, special)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = self._lib.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, special)
+        return buf.raw[:n]
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        return b"".join(self.token_bytes(t) for t in tokens).decode("utf-8", "replace")
+
+    def metadata(self, key: str) -> str | None:
+        buf = ctypes.create_string_buffer(1 << 16)
+        n = self._lib.llama_model_meta_val_str(self._model, key.encode(), buf, len(buf))
+        if n < 0:
+            return None
+        if n >= len(buf):  # long values (chat templates) need a bigger buffer
+            buf = ctypes.create_string_buffer(n + 1)
+            self._lib.llama_model_meta_val_str(self._model, key.encode(), buf, len(buf))
+        return buf.value.decode("utf-8", "replace")
+
+    @property
+    def chat_template(self) -> str | None:
+        return self.metadata("tokenizer.chat_template")
+
+    def special_token_text(self, token: int) -> str:
+        return self.token_bytes(token, special=True).decode("utf-8", "replace")
+
+    # -- evaluation -------------------------------------------------------------------------
+
+    @property
+    def n_past(self) -> int:
+        return len(self.tokens)
+
+    def check_fits(self, n_tokens: int) -> None:
+        if n_tokens > self.n_ctx:
+            raise ContextOverflowError(
+                f"{n_tokens} tokens do not fit in the context of {self.n_ctx} tokens",
+                hint="use a shorter prompt or a larger --ctx",
+            )
+
+    def decode(self, tokens: Sequence[int], logits_at: Sequence[int] = ()) -> np.ndarray:
+        """Evaluate `tokens` after what is already in the context.
+
+        Returns one logits row per index in `logits_at` (indices into `tokens`), as a
+        float32 array of shape (len(logits_at), n_vocab). Batches longer than n_batch are
+        split into chunks; each requested row is copied out right after its chunk runs.
+        """
+        self.check_fits(self.n_past + len(tokens))
+        wanted = sorted(set(logits_at))
+        rows: dict[int, np.ndarray] = {}
+        for start in range(0, len(tokens), self.n_batch):
+            chunk = tokens[start : start + self.n_batch]
+            in_chunk = [i - start for i in wanted if start <= i < start + len(chunk)]
+            self._decode_chunk(chunk, in_chunk)
+            for i in in_chunk:
+                rows[start + i] = self._logits_row(i)
+        self.n_decoded += len(tokens)
+        if not logits_at:
+            return np.empty((0, self.n_vocab), dtype=np.float32)
+        return np.stack([rows[i] for i in logits_at])
+
+    def _decode_chunk(self, chunk: Sequence[int], logits_at: Sequence[int]) -> None:
+        batch = self._batch
+        flagged = set(logits_at)
+        for i, token in enumerate(chunk):
+            batch.token[i] = token
+            batch.pos[i] = self.n_past + i
+            batch.n_seq_id[i] = 1
+            batch.seq_id[i][0] = 0
+            batch.logits[i] = i in flagged
+        batch.n_tokens = len(chunk)
+        started = time.perf_counter()
+        status = self._lib.llama_decode(self._ctx, batch)
+        self.decode_seconds += time.perf_counter() - started
+        if status != 0:
+            raise ContextOverflowError(
+                f"llama.cpp failed to evaluate {len(chunk)} tokens (status {status})",
+                hint="the context may be full: try a larger --ctx",
+            )
+        self.tokens.extend(chunk)
+
+    def _logits_row(self, index: int) -> np.ndarray:
+        pointer = self._lib.llama_get_logits_ith(self._ctx, index)
+        return np.ctypeslib.as_array(pointer, shape=(self.n_vocab,)).copy()
+
+    def rollback(self, n_past: int) -> None:
+        """Forget everything after the first `n_past` tokens."""
+        if n_past < self.n_past:
+            self._lib.llama_memory_seq_rm(self._memory, 0, n_past, -1)
+            del self.tokens[n_past:]
+
+    def common_prefix(self, tokens: Sequence[int]) -> int:
+        n = 0
+        for mine, theirs in zip(self.tokens, tokens):
+            if mine != theirs:
+                break
+            n += 1
+        return n
+
+    def sync(self, tokens: Sequence[int], logits_at_last: bool = False) -> np.ndarray | None:
+        """Make the context hold exactly `tokens`, reusing the common prefix.
+
+        With `logits_at_last`, returns the logits after the last token (re-evaluating it if it
+        was already in the cache, since llama.cpp keeps no logits for old positions).
+        """
+        keep = self.common_prefix(tokens)
+        if logits_at_last and keep == len(tokens):
+            keep -= 1
+        self.rollback(keep)
+        rest = list(tokens[keep:])
+        if not logits_at_last:
+            self.decode(rest)
+            return None
+        return self.decode(rest, [len(rest) - 1])[0]

@@ -1,0 +1,143 @@
+"""Load a draft/target pair once, then generate from prompts or conversations.
+
+What the commands (run, chat, bench) share: loading both models, the vocabulary check, building
+the drafter, turning messages into prompt tokens, and running the loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from specllama.backend import LlamaBackend
+from specllama.chat import Message, plain_prompt, render_chat
+from specllama.compat import check_compatible
+from specllama.controller import DraftController, FixedLength
+from specllama.detok import TextStream
+from specllama.drafters import Drafter, DraftModelDrafter, NgramDrafter, NoDrafter
+from specllama.errors import UsageError
+from specllama.sampling import SamplingParams, make_rng
+from specllama.speculative import Event, generate
+
+DRAFTERS = ("model", "ngram", "none")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    target: Path
+    draft: Path | None = None
+    drafter: str = "model"  # one of DRAFTERS
+    draft_max: int = 4
+    n_ctx: int = 4096
+    n_gpu_layers: int = 0
+    n_gpu_layers_draft: int = 0
+    n_threads: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.drafter not in DRAFTERS:
+            raise UsageError(
+                f"unknown drafter {self.drafter!r}: choose one of {', '.join(DRAFTERS)}"
+            )
+        if self.draft_max < 1:
+            raise UsageError(f"--draft-max must be at least 1, got {self.draft_max}")
+        if self.n_ctx < 16:
+            raise UsageError(f"--ctx must be at least 16, got {self.n_ctx}")
+        if self.drafter == "model" and self.draft is None:
+            raise UsageError("--drafter model needs a draft model (--draft or --pair)")
+
+
+class Engine:
+    """A loaded target (and draft model, when one is given) with the current drafter choice."""
+
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        self.target = LlamaBackend(
+            config.target,
+            n_ctx=config.n_ctx,
+            n_gpu_layers=config.n_gpu_layers,
+            n_threads=config.n_threads,
+        )
+        self.draft_model: LlamaBackend | None = None
+        if config.draft is not None and config.drafter == "model":
+            self.draft_model = LlamaBackend(
+                config.draft,
+                n_ctx=config.n_ctx,
+                n_gpu_layers=config.n_gpu_layers_draft,
+                n_threads=config.n_threads,
+            )
+            check_compatible(self.draft_model, self.target)
+        self.drafter = self._make_drafter(config.drafter)
+        self.draft_max = config.draft_max
+
+    def _make_drafter(self, name: str) -> Drafter:
+        if name == "model":
+            if self.draft_model is None:
+                raise UsageError("no draft model is loaded: start with --draft or --pair")
+            return DraftModelDrafter(self.draft_model)
+        if name == "ngram":
+            return NgramDrafter()
+        return NoDrafter()
+
+    def use_drafter(self, name: str) -> None:
+        if name not in DRAFTERS:
+            raise UsageError(f"unknown drafter {name!r}: choose one of {', '.join(DRAFTERS)}")
+        self.drafter = self._make_drafter(name)
+
+    def close(self) -> None:
+        self.target.close()
+        if self.draft_model is not None:
+            self.draft_model.close()
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- prompts ----------------------------------------------------------------------------
+
+    def prompt_tokens(self, messages: list[Message], *, chat_template: bool = True) -> list[int]:
+        """Messages -> the target's prompt tokens, through the model's own chat template."""
+        if not chat_template:
+            return self.target.tokenize("\n\n".join(m.content for m in messages))
+        template = self.target.chat_template
+        if template is None:
+            return self.target.tokenize(plain_prompt(messages))
+        vocab = self.target.vocab
+        bos = self.target.special_token_text(vocab.bos) if vocab.add_bos else ""
+        text = render_chat(
+            template,
+            messages,
+            bos_token=bos,
+            eos_token=self.target.special_token_text(vocab.eos),
+        )
+        # A template that writes the BOS itself must not get a second one from the tokenizer.
+        add_bos = vocab.add_bos and not (bos and text.startswith(bos))
+        return self.target.tokenize(text, add_bos=add_bos)
+
+    def target_text_stream(self) -> TextStream:
+        return TextStream(self.target)
+
+    # -- generation -------------------------------------------------------------------------
+
+    def generate(
+        self,
+        prompt: list[int],
+        params: SamplingParams,
+        *,
+        max_tokens: int,
+        controller: DraftController | None = None,
+    ) -> Iterator[Event]:
+        controller = controller or FixedLength(self.draft_max)
+        if isinstance(self.drafter, NoDrafter):
+            controller = FixedLength(0)
+        return generate(
+            self.target,
+            self.drafter,
+            prompt,
+            params,
+            max_tokens=max_tokens,
+            controller=controller,
+            rng=make_rng(params),
+        )

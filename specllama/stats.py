@@ -1,0 +1,90 @@
+"""Counters of one generation and the figures derived from them. No I/O."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+
+@dataclass
+class GenerationStats:
+    drafter: str = "none"
+    n_prompt: int = 0
+    n_generated: int = 0
+    n_drafted: int = 0
+    n_accepted: int = 0
+    n_rounds: int = 0  # target verify passes
+    n_draft_rounds: int = 0  # rounds in which something was drafted
+    accepted_histogram: Counter[int] = field(default_factory=Counter)  # accepted length -> rounds
+    prefill_s: float = 0.0
+    time_s: float = 0.0  # generation after the prefill
+    target_s: float = 0.0  # inside the target's llama_decode during generation
+    draft_s: float = 0.0  # inside the draft's llama_decode
+    finish_reason: str = ""
+
+    def record_round(self, n_drafted: int, n_accepted: int) -> None:
+        self.n_rounds += 1
+        self.n_drafted += n_drafted
+        self.n_accepted += n_accepted
+        if n_drafted:
+            self.n_draft_rounds += 1
+            self.accepted_histogram[n_accepted] += 1
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.n_accepted / self.n_drafted if self.n_drafted else 0.0
+
+    @property
+    def mean_accepted_per_round(self) -> float:
+        """Accepted draft tokens per round that drafted something."""
+        return self.n_accepted / self.n_draft_rounds if self.n_draft_rounds else 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.n_generated / self.time_s if self.time_s > 0 else 0.0
+
+    @property
+    def overhead_s(self) -> float:
+        """Time in Python (sampling, bookkeeping, drafting logic): neither model's decode."""
+        return max(self.time_s - self.target_s - self.draft_s, 0.0)
+
+    @property
+    def overhead_ms_per_round(self) -> float:
+        return 1000 * self.overhead_s / self.n_rounds if self.n_rounds else 0.0
+
+    def merge(self, other: GenerationStats) -> None:
+        """Add another generation's counts (a chat session sums its answers)."""
+        for name in (
+            "n_prompt",
+            "n_generated",
+            "n_drafted",
+            "n_accepted",
+            "n_rounds",
+            "n_draft_rounds",
+            "prefill_s",
+            "time_s",
+            "target_s",
+            "draft_s",
+        ):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.accepted_histogram.update(other.accepted_histogram)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "n_prompt": self.n_prompt,
+            "n_generated": self.n_generated,
+            "time_s": round(self.time_s, 4),
+            "prefill_s": round(self.prefill_s, 4),
+            "tokens_per_s": round(self.tokens_per_s, 3),
+            "drafter": self.drafter,
+            "n_drafted": self.n_drafted,
+            "n_accepted": self.n_accepted,
+            "acceptance_rate": round(self.acceptance_rate, 4),
+            "n_rounds": self.n_rounds,
+            "mean_accepted_per_round": round(self.mean_accepted_per_round, 4),
+            "accepted_histogram": {str(k): v for k, v in sorted(self.accepted_histogram.items())},
+            "target_s": round(self.target_s, 4),
+            "draft_s": round(self.draft_s, 4),
+            "overhead_ms_per_round": round(self.overhead_ms_per_round, 4),
+            "finish_reason": self.finish_reason,
+        }

