@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from specllama.catalog import Catalog, ModelRef, PipMirror, parse_ref
+from specllama.catalog import Catalog, ModelRef, Pair, PipMirror, parse_ref
 from specllama.errors import DownloadError
 
 Progress = Callable[[int, int], None]  # (bytes done, bytes total; 0 when unknown)
@@ -119,6 +119,31 @@ def resolve(
     if isinstance(target, Path):
         return target
     return ensure_model(target, progress=progress, notice=notice)
+
+
+def models_to_pull(name: str, catalog: Catalog) -> list[ModelRef | Path]:
+    """`specllama pull NAME`: a pair name -> [target, draft]; any other REF -> [that model]."""
+    if name in catalog.pairs:
+        _, target, draft = catalog.pair_models(name)
+        return [target, draft]
+    return [parse_ref(name, catalog)]
+
+
+def resolve_pair(
+    catalog: Catalog,
+    name: str | None = None,
+    *,
+    progress_for: Callable[[ModelRef], Progress | None] | None = None,
+    notice: Notice | None = None,
+) -> tuple[Path, Path, Pair]:
+    """`--pair NAME` (None: the default pair) -> (target path, draft path, the pair's settings),
+    downloading what is missing. `progress_for(model)` gives a callback per model (or None)."""
+    pair, target, draft = catalog.pair_models(name)
+    paths = [
+        ensure_model(model, progress=progress_for(model) if progress_for else None, notice=notice)
+        for model in (target, draft)
+    ]
+    return paths[0], paths[1], pair
 
 
 def ensure_model(
@@ -251,7 +276,8 @@ def _from_hub(model: ModelRef, progress: Progress | None) -> Path:
         )
     size = model.size or meta.size or 0
     check_disk_space(hf_cache_dir(), size)
-    kwargs = {"tqdm_class": _callback_bar(progress)} if progress and _has_tqdm_class() else {}
+    # Always our own bar class: without one huggingface_hub draws a tqdm bar on stderr.
+    kwargs = {"tqdm_class": _callback_bar(progress or _ignore)} if _has_tqdm_class() else {}
     try:
         path = Path(
             hf_hub_download(
@@ -326,6 +352,10 @@ def _describe_hub_error(exc: Exception) -> str:
         return f"HTTP {status}"
     first = (str(exc).splitlines() or [""])[0][:160]
     return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
+def _ignore(_done: int, _total: int) -> None:
+    pass
 
 
 def _has_tqdm_class() -> bool:

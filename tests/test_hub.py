@@ -13,7 +13,7 @@ import pytest
 from hub_server import HubServer, dead_endpoint
 
 from specllama import hub
-from specllama.catalog import ModelRef, PipMirror, load_catalog
+from specllama.catalog import Catalog, ModelRef, Pair, PipMirror, load_catalog
 from specllama.errors import DownloadError
 
 REPO, FILE = "test-org/tiny-GGUF", "tiny-q4.gguf"
@@ -214,6 +214,35 @@ def test_resolve_accepts_paths_hub_refs_and_names(server: HubServer, tmp_path: P
     # An hf: reference has no pinned checksum; huggingface_hub's size check still applies.
     fetched = hub.resolve(f"hf:{REPO}/{FILE}", catalog)
     assert fetched.read_bytes() == CONTENT
+
+
+def test_pull_and_pair_resolution(server: HubServer, tmp_path: Path) -> None:
+    catalog = load_catalog(use_user=False)
+    target, draft = hub.models_to_pull("qwen2.5-coder-1.5b", catalog)
+    assert isinstance(target, ModelRef) and target.name.startswith("qwen2.5-coder-1.5b")
+    assert isinstance(draft, ModelRef) and draft.name.startswith("qwen2.5-coder-0.5b")
+    assert hub.models_to_pull(f"hf:{REPO}/{FILE}", catalog)[0] == ModelRef(
+        name=f"hf:{REPO}/{FILE}", repo=REPO, file=FILE, tokenizer="unknown"
+    )
+
+
+def test_resolve_pair_downloads_both_with_one_progress_per_model(server: HubServer) -> None:
+    draft = ModelRef(name="d", repo=REPO, file="draft.gguf", tokenizer="test")
+    server.add(REPO, "draft.gguf", CONTENT[:1000])
+    catalog = Catalog(
+        models={"tiny": _model(), "d": draft},
+        pairs={"p": Pair("p", "tiny", "d", draft_max=3)},
+        default_pair="p",
+    )
+    seen: dict[str, int] = {}
+
+    def progress_for(model: ModelRef) -> hub.Progress:
+        return lambda done, _total: seen.__setitem__(model.name, done)
+
+    target_path, draft_path, pair = hub.resolve_pair(catalog, progress_for=progress_for)
+    assert target_path.read_bytes() == CONTENT and draft_path.read_bytes() == CONTENT[:1000]
+    assert pair.draft_max == 3
+    assert seen == {"tiny": len(CONTENT), "d": 1000}
 
 
 def test_assemble_from_wheels_concatenates_parts_in_order(
