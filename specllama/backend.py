@@ -126,8 +126,10 @@ class LlamaBackend:
             llama_cpp.llama_model_free(self._model)
             raise ModelLoadError(f"llama.cpp could not create a context for {self.path}")
         self._memory = llama_cpp.llama_get_memory(self._ctx)
-        self.n_ctx = llama_cpp.llama_n_ctx(self._ctx)
-        self.n_batch = n_batch
+        # llama.cpp pads the context up (to 256); the limit the user asked for is the one we keep.
+        self.n_ctx = min(n_ctx, llama_cpp.llama_n_ctx(self._ctx))
+        # llama.cpp may round n_ctx up and clamp the batch to it: use what it chose.
+        self.n_batch = min(llama_cpp.llama_n_batch(self._ctx), llama_cpp.llama_n_ubatch(self._ctx))
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
         self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
         self.tokens: list[int] = []

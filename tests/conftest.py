@@ -1,0 +1,32 @@
+"""Shared fixtures: real GGUF models (built once, cached) and loaded backends."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import model_factory
+import pytest
+
+
+@pytest.fixture(scope="session")
+def smol_q4() -> Path:
+    """SmolLM2-135M-Instruct Q4_1 as published."""
+    return model_factory.smollm2_q4()
+
+
+@pytest.fixture(scope="session")
+def smol_f32() -> Path:
+    """The same model in F32: the strict target."""
+    return model_factory.smollm2_f32()
+
+
+@pytest.fixture(scope="session")
+def smol_draft() -> Path:
+    """The first 4 layers of the F32 model: a draft that is right only some of the time."""
+    return model_factory.smollm2_f32_layers(4)
+
+
+@pytest.fixture(scope="session")
+def smol_bad_vocab() -> Path:
+    """A 2-layer copy whose token model_factory.CHANGED_TOKEN_ID has different text."""
+    return model_factory.smollm2_changed_vocab()
