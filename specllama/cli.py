@@ -16,12 +16,16 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from specllama import ui
+from specllama import hub, ui, ui_catalog
+from specllama.backend import build_facts
+from specllama.catalog import Catalog, ModelRef, Pair, load_catalog, parse_ref
 from specllama.chat import Message
 from specllama.errors import SpecllamaError, UsageError
+from specllama.hardware import default_gpu_layers, doctor_report, pair_rows
 from specllama.sampling import SamplingParams
 from specllama.session import DRAFTERS, Engine, EngineConfig
 from specllama.speculative import FinishEvent, TokenEvent
+from specllama.ui_catalog import ProgressFor, download_progress
 
 app = typer.Typer(
     help="Speculative decoding on llama.cpp: same output as the target model, only faster.",
@@ -34,6 +38,10 @@ app = typer.Typer(
 @app.callback()
 def main() -> None:
     """Speculative decoding on llama.cpp: same output as the target model, only faster."""
+    # huggingface_hub logs resume attempts on stderr; our progress bar says it already.
+    from huggingface_hub.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
 
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -60,11 +68,19 @@ def friendly_errors(command: F) -> F:
 
 # -- shared options (Annotated aliases, reused by every command that loads models) ------------
 
+PairOpt = Annotated[
+    str | None,
+    typer.Option("--pair", "-p", help="A draft/target pair from the catalogue (default pair)."),
+]
 Target = Annotated[
-    str | None, typer.Option("--target", "-t", help="Target model: a local .gguf path.")
+    str | None,
+    typer.Option(
+        "--target", "-t", help="Target: catalogue name, .gguf path or hf:owner/repo/file."
+    ),
 ]
 Draft = Annotated[
-    str | None, typer.Option("--draft", "-d", help="Draft model: a local .gguf path.")
+    str | None,
+    typer.Option("--draft", "-d", help="Draft: catalogue name, .gguf path or hf:owner/repo/file."),
 ]
 DrafterOpt = Annotated[
     str | None,
@@ -72,10 +88,17 @@ DrafterOpt = Annotated[
         "--drafter", help="model, ngram, or none (the target alone). Default: model if a draft."
     ),
 ]
-DraftMax = Annotated[int, typer.Option("--draft-max", "-k", help="Most tokens drafted a round.")]
-GpuLayers = Annotated[int, typer.Option("--gpu-layers", help="Target layers to offload to GPU.")]
+DraftMax = Annotated[
+    int | None,
+    typer.Option("--draft-max", "-k", help="Most tokens drafted a round (default: the pair's)."),
+]
+GpuLayers = Annotated[
+    int | None,
+    typer.Option("--gpu-layers", help="Target layers on the GPU (-1 all; default: all if any)."),
+]
 GpuLayersDraft = Annotated[
-    int, typer.Option("--gpu-layers-draft", help="Draft layers to offload to GPU.")
+    int | None,
+    typer.Option("--gpu-layers-draft", help="Draft layers on the GPU (default as --gpu-layers)."),
 ]
 Ctx = Annotated[int, typer.Option("--ctx", help="Context size in tokens.")]
 Threads = Annotated[
@@ -92,39 +115,77 @@ NoTemplate = Annotated[
     bool, typer.Option("--no-chat-template", help="Send the prompt as is, without the template.")
 ]
 JsonOut = Annotated[bool, typer.Option("--json", help="Print one JSON object at the end.")]
+JsonlOut = Annotated[
+    bool,
+    typer.Option("--jsonl", help="Stream JSON lines: one per token, then one with the stats."),
+]
 
 
-def resolve_model(ref: str) -> Path:
-    path = Path(ref).expanduser()
-    if not path.exists():
-        raise SpecllamaError(f"model file not found: {ref}")
-    return path
+def resolve_models(
+    pair: str | None, target: str | None, draft: str | None
+) -> tuple[Path, Path | None, Pair | None]:
+    """--pair, or --target/--draft REFs, or the default pair -> local files (downloaded if
+    needed, with progress on stderr)."""
+    if pair is not None and (target or draft):
+        raise UsageError("use either --pair or --target/--draft, not both")
+    catalog = load_catalog()
+    console = ui.stderr_console()
+
+    notice = ui_catalog.notice_printer(console)
+    with download_progress(console) as progress_for:
+        if target is None:
+            if draft is not None:
+                raise UsageError("--draft needs a --target")
+            target_path, draft_path, chosen = hub.resolve_pair(
+                catalog, pair, progress_for=progress_for, notice=notice
+            )
+            return target_path, draft_path, chosen
+        paths = [
+            _fetch(ref, catalog, progress_for, notice) if ref else None for ref in (target, draft)
+        ]
+    return paths[0], paths[1], None
+
+
+def _fetch(
+    ref: str | ModelRef | Path, catalog: Catalog, progress_for: ProgressFor, notice: hub.Notice
+) -> Path:
+    model = parse_ref(ref, catalog) if isinstance(ref, str) else ref
+    if isinstance(model, Path):
+        return model
+    return hub.ensure_model(model, progress=progress_for(model), notice=notice)
 
 
 def engine_config(
+    *,
+    pair: str | None,
     target: str | None,
     draft: str | None,
     drafter: str | None,
-    draft_max: int,
+    draft_max: int | None,
     ctx: int,
-    gpu_layers: int,
-    gpu_layers_draft: int,
+    gpu_layers: int | None,
+    gpu_layers_draft: int | None,
     threads: int | None,
 ) -> EngineConfig:
-    if target is None:
-        raise UsageError("no target model: pass --target PATH.gguf")
-    if drafter is None:
-        drafter = "model" if draft else "ngram"
-    if drafter not in DRAFTERS:
+    """The command-line model options -> what the Engine loads (validated before any download)."""
+    if drafter is not None and drafter not in DRAFTERS:
         raise UsageError(f"unknown drafter {drafter!r}: choose one of {', '.join(DRAFTERS)}")
+    if draft_max is not None and draft_max < 1:
+        raise UsageError(f"--draft-max must be at least 1, got {draft_max}")
+    target_path, draft_path, chosen = resolve_models(pair, target, draft)
+    if drafter is None:
+        drafter = chosen.drafter if chosen else ("model" if draft_path else "ngram")
+    if draft_max is None:
+        draft_max = chosen.draft_max if chosen else 4
+    offload = default_gpu_layers(build_facts())
     return EngineConfig(
-        target=resolve_model(target),
-        draft=resolve_model(draft) if draft and drafter == "model" else None,
+        target=target_path,
+        draft=draft_path if drafter == "model" else None,
         drafter=drafter,
         draft_max=draft_max,
         n_ctx=ctx,
-        n_gpu_layers=gpu_layers,
-        n_gpu_layers_draft=gpu_layers_draft,
+        n_gpu_layers=offload if gpu_layers is None else gpu_layers,
+        n_gpu_layers_draft=offload if gpu_layers_draft is None else gpu_layers_draft,
         n_threads=threads,
     )
 
@@ -154,12 +215,13 @@ def _decode_stdin(raw: bytes) -> str:
 @friendly_errors
 def run(
     prompt: Annotated[str | None, typer.Argument(help="The prompt; stdin is appended.")] = None,
+    pair: PairOpt = None,
     target: Target = None,
     draft: Draft = None,
     drafter: DrafterOpt = None,
-    draft_max: DraftMax = 4,
-    gpu_layers: GpuLayers = 0,
-    gpu_layers_draft: GpuLayersDraft = 0,
+    draft_max: DraftMax = None,
+    gpu_layers: GpuLayers = None,
+    gpu_layers_draft: GpuLayersDraft = None,
     ctx: Ctx = 4096,
     threads: Threads = None,
     temperature: Temperature = 0.0,
@@ -171,11 +233,22 @@ def run(
     system: System = None,
     no_chat_template: NoTemplate = False,
     json_out: JsonOut = False,
+    jsonl_out: JsonlOut = False,
 ) -> None:
     """Answer one prompt: the text on stdout, a one-line summary on stderr."""
+    if json_out and jsonl_out:
+        raise UsageError("--json and --jsonl exclude each other: pick one")
     params = SamplingParams(temperature, top_k, top_p, min_p, seed)
     config = engine_config(
-        target, draft, drafter, draft_max, ctx, gpu_layers, gpu_layers_draft, threads
+        pair=pair,
+        target=target,
+        draft=draft,
+        drafter=drafter,
+        draft_max=draft_max,
+        ctx=ctx,
+        gpu_layers=gpu_layers,
+        gpu_layers_draft=gpu_layers_draft,
+        threads=threads,
     )
     text = read_prompt(prompt)
     if max_tokens < 1:
@@ -192,7 +265,16 @@ def run(
             if isinstance(event, TokenEvent):
                 piece = stream.feed(event.token)
                 pieces.append(piece)
-                if not json_out:
+                if jsonl_out:
+                    ui.write_json_line(
+                        {
+                            "type": "token",
+                            "token": event.token,
+                            "text": piece,
+                            "from_draft": event.from_draft,
+                        }
+                    )
+                elif not json_out:
                     ui.write_text(piece)
             elif isinstance(event, FinishEvent):
                 finish = event
@@ -200,8 +282,112 @@ def run(
         pieces.append(tail)
 
     assert finish is not None  # generate always ends with a FinishEvent
-    if json_out:
+    if jsonl_out:
+        ui.write_json_line({"type": "stats", "text": "".join(pieces), **finish.stats.as_dict()})
+    elif json_out:
         print(json.dumps({"text": "".join(pieces), **finish.stats.as_dict()}))
     else:
         ui.write_text(tail + "\n")
         ui.print_summary(finish.stats)
+
+
+NoColor = Annotated[
+    bool, typer.Option("--no-color", help="No colours (also when NO_COLOR is set or not a tty).")
+]
+Record = Annotated[
+    Path | None,
+    typer.Option("--record", help="On exit, save the session's screen as an SVG picture."),
+]
+
+
+@app.command()
+@friendly_errors
+def chat(
+    pair: PairOpt = None,
+    target: Target = None,
+    draft: Draft = None,
+    drafter: DrafterOpt = None,
+    draft_max: DraftMax = None,
+    gpu_layers: GpuLayers = None,
+    gpu_layers_draft: GpuLayersDraft = None,
+    ctx: Ctx = 4096,
+    threads: Threads = None,
+    temperature: Temperature = 0.0,
+    top_k: TopK = 40,
+    top_p: TopP = 1.0,
+    min_p: MinP = 0.0,
+    seed: Seed = None,
+    max_tokens: MaxTokens = 512,
+    system: System = None,
+    no_chat_template: NoTemplate = False,
+    no_color: NoColor = False,
+    record: Record = None,
+) -> None:
+    """Chat in the terminal: answers stream coloured by origin, with live stats (/help)."""
+    from specllama import repl
+
+    params = SamplingParams(temperature, top_k, top_p, min_p, seed)
+    config = engine_config(
+        pair=pair,
+        target=target,
+        draft=draft,
+        drafter=drafter,
+        draft_max=draft_max,
+        ctx=ctx,
+        gpu_layers=gpu_layers,
+        gpu_layers_draft=gpu_layers_draft,
+        threads=threads,
+    )
+    if max_tokens < 1:
+        raise UsageError(f"--max-tokens must be at least 1, got {max_tokens}")
+    view = ui.ChatView(color=ui.color_wanted(no_color), record=record is not None)
+    with ui.stderr_console().status("loading models…"):
+        engine = Engine(config)
+    with engine:
+        code = repl.chat(
+            engine,
+            view,
+            params=params,
+            max_tokens=max_tokens,
+            system=system,
+            chat_template=not no_chat_template,
+            record=record,
+        )
+    raise typer.Exit(code)
+
+
+@app.command()
+@friendly_errors
+def models(json_out: JsonOut = False) -> None:
+    """The catalogue of draft/target pairs: sizes, what is downloaded, what fits this machine."""
+    catalog = load_catalog()
+    rows = pair_rows(catalog, build_facts())
+    if json_out:
+        print(json.dumps([row.as_json() for row in rows], indent=2))
+    else:
+        ui_catalog.show(ui_catalog.models_table(rows, catalog))
+
+
+@app.command()
+@friendly_errors
+def pull(
+    name: Annotated[str, typer.Argument(help="A pair name, or one model REF.")],
+) -> None:
+    """Download a pair (or one model) into the cache, with its checksum checked."""
+    catalog = load_catalog()
+    console = ui.stderr_console()
+    with download_progress(console) as progress_for:
+        for model in hub.models_to_pull(name, catalog):
+            path = _fetch(model, catalog, progress_for, ui_catalog.notice_printer(console))
+            ui_catalog.show(str(path))
+
+
+@app.command()
+@friendly_errors
+def doctor(json_out: JsonOut = False) -> None:
+    """This llama.cpp build (GPU offload?), RAM/VRAM, caches, and how to enable a GPU."""
+    report = doctor_report(build_facts(), catalog=load_catalog())
+    if json_out:
+        print(json.dumps(report.as_json(), indent=2))
+    else:
+        ui_catalog.show(ui_catalog.doctor_table(report))

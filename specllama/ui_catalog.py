@@ -1,0 +1,134 @@
+"""Rich views of the catalogue side: download progress, the `models` table, `doctor`."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from rich.console import Console, RenderableType
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TextColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
+from rich.table import Table
+from rich.text import Text
+
+from specllama.catalog import Catalog, ModelRef
+from specllama.hardware import Doctor, PairRow
+from specllama.ui import stderr_console
+
+ProgressFor = Callable[[ModelRef], Callable[[int, int], None]]
+
+
+def show(renderable: RenderableType) -> None:
+    """Tables and paths for the user go to stdout (they are the command's output)."""
+    Console(no_color=bool(os.environ.get("NO_COLOR")), highlight=False).print(renderable)
+
+
+def notice_printer(console: Console) -> Callable[[str], None]:
+    return lambda line: console.print(Text(line, style="dim"))
+
+
+@contextmanager
+def download_progress(console: Console | None = None) -> Iterator[ProgressFor]:
+    """Yields `progress_for(model)`: a (done, total) callback drawing one bar per model.
+
+    Bars appear only when a download actually reports bytes, so a cached model shows nothing.
+    """
+    console = console or stderr_console()
+    bars = Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        transient=False,
+    )
+
+    def progress_for(model: ModelRef) -> Callable[[int, int], None]:
+        task: list[int] = []
+
+        def update(done: int, total: int) -> None:
+            if not task:
+                bars.start()
+                task.append(bars.add_task(model.name, total=total or model.size))
+            bars.update(task[0], completed=done, total=total or model.size)
+
+        return update
+
+    try:
+        yield progress_for
+    finally:
+        bars.stop()
+
+
+def _size(n: int | None, exact: bool) -> str:
+    if n is None:
+        return "?"
+    return f"{'' if exact else '~'}{n / 1e9:.2f} GB"
+
+
+def models_table(rows: list[PairRow], catalog: Catalog) -> Table:
+    """Narrow enough for an 80-column terminal; `--json` has every field."""
+    table = Table(
+        header_style="bold",
+        caption="* default pair   ? size/sha256 not verified   fits: where it would run",
+    )
+    for column in ("pair", "target", "draft", "size", "here", "fits"):
+        table.add_column(column)
+    for row in rows:
+        size = None
+        if row.target_size is not None and row.draft_size is not None:
+            size = row.target_size + row.draft_size
+        marks = ("*" if row.default else "") + ("" if row.verified else "?")
+        table.add_row(
+            f"{row.name}{marks}",
+            _short(catalog.model(row.target)),
+            _short(catalog.model(row.draft)),
+            _size(size, row.size_exact),
+            "[green]yes[/green]" if row.downloaded else "no",
+            row.fit,
+        )
+    return table
+
+
+def _short(model: ModelRef) -> str:
+    return f"{model.params or '?'} {model.quant or ''}".strip()
+
+
+def doctor_table(report: Doctor) -> Table:
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_column(style="bold")
+    table.add_column()
+    offload = (
+        f"[green]yes[/green] ({report.gpu_backend})"
+        if report.gpu_offload
+        else "[yellow]no[/yellow]"
+    )
+    rows = [
+        ("llama-cpp-python", report.llama_cpp_version),
+        ("GPU offload", offload),
+        ("default --gpu-layers", str(report.default_gpu_layers)),
+        ("RAM", f"{report.machine.ram_total / 1e9:.1f} GB"),
+        ("CPU cores", str(report.machine.physical_cores)),
+    ]
+    if report.machine.vram_total:
+        rows.append(("VRAM", f"{report.machine.vram_total / 1e9:.1f} GB"))
+    if report.reinstall_hint:
+        rows.append(("to use a GPU", report.reinstall_hint))
+    for cache in report.caches:
+        state = f"{cache.size_bytes / 1e9:.2f} GB" if cache.exists else "empty"
+        rows.append(("cache", f"{cache.path} ({state})"))
+    rows.append(("user catalogue", str(report.user_catalog)))
+    rows.append(("hub", report.hub_endpoint + (" (offline)" if report.offline else "")))
+    rows.append(("python", f"{report.python} on {report.platform}"))
+    rows.extend(("note", note) for note in report.notes)
+    for key, value in rows:
+        table.add_row(key, value)
+    return table
