@@ -6,8 +6,11 @@ it is rendered in jinja2's immutable sandbox, which refuses attribute tricks and
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 
 from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -19,6 +22,7 @@ from specllama.errors import SpecllamaError
 class Message:
     role: str  # "system", "user" or "assistant"
     content: str
+    interrupted: bool = False  # an answer stopped by the user; content ends with the mark
 
     def as_dict(self) -> dict[str, str]:
         return {"role": self.role, "content": self.content}
@@ -66,3 +70,96 @@ def plain_prompt(messages: list[Message]) -> str:
     """For models without a template: the messages as plain text."""
     lines = [f"{m.role.capitalize()}: {m.content}" for m in messages]
     return "\n\n".join([*lines, "Assistant:"])
+
+
+# -- a conversation: what `specllama chat` keeps between turns -------------------------------
+
+INTERRUPTED_MARK = " [interrupted]"
+
+
+@dataclass(frozen=True)
+class Trimmed:
+    """What `Conversation.fit` dropped to make the prompt fit."""
+
+    messages: list[Message]
+    n_tokens_before: int
+    n_tokens_after: int
+
+    @property
+    def n_turns(self) -> int:
+        return sum(1 for m in self.messages if m.role == "user")
+
+
+@dataclass
+class Conversation:
+    """The system prompt and the turns so far (user, assistant, user, ...).
+
+    The system prompt is kept apart so that trimming never drops it. An answer the user
+    interrupted is stored with INTERRUPTED_MARK appended, so that the next turn's prompt (and a
+    saved transcript) says so.
+    """
+
+    system: str | None = None
+    turns: list[Message] = field(default_factory=list)
+
+    def messages(self) -> list[Message]:
+        head = [Message("system", self.system)] if self.system else []
+        return head + self.turns
+
+    def add_user(self, text: str) -> None:
+        self.turns.append(Message("user", text))
+
+    def add_assistant(self, text: str, *, interrupted: bool = False) -> None:
+        if interrupted:
+            text = text.rstrip() + INTERRUPTED_MARK
+        self.turns.append(Message("assistant", text, interrupted=interrupted))
+
+    def pop_user(self) -> None:
+        """Forget an unanswered user message (its answer failed before any token)."""
+        if self.turns and self.turns[-1].role == "user":
+            self.turns.pop()
+
+    def reset(self) -> None:
+        self.turns.clear()
+
+    def fit(self, count_tokens: Callable[[list[Message]], int], budget: int) -> Trimmed | None:
+        """Drop the oldest turns (never the system prompt, never the last user message) until
+        count_tokens(messages) <= budget. Returns what was dropped, or None if nothing was.
+
+        When the system prompt and the last message alone are over the budget, they stay: the
+        caller decides whether that still fits the context at all.
+        """
+        before = count_tokens(self.messages())
+        n = before
+        dropped: list[Message] = []
+        while n > budget and len(self.turns) > 1:
+            # A turn is a user message and the answer after it.
+            cut = 2 if len(self.turns) > 2 and self.turns[1].role == "assistant" else 1
+            dropped += self.turns[:cut]
+            del self.turns[:cut]
+            n = count_tokens(self.messages())
+        return Trimmed(dropped, before, n) if dropped else None
+
+    # -- saving -----------------------------------------------------------------------------
+
+    def as_json(self) -> str:
+        messages = [
+            {**m.as_dict(), **({"interrupted": True} if m.interrupted else {})}
+            for m in self.messages()
+        ]
+        return json.dumps({"messages": messages}, ensure_ascii=False, indent=2) + "\n"
+
+    def as_markdown(self) -> str:
+        titles = {"system": "System", "user": "User", "assistant": "Assistant"}
+        blocks = [f"## {titles.get(m.role, m.role)}\n\n{m.content}\n" for m in self.messages()]
+        return "\n".join(["# specllama chat\n", *blocks])
+
+    def save(self, path: Path) -> str:
+        """Write the conversation: Markdown for .md/.markdown, else JSON. Returns the format."""
+        markdown = path.suffix.lower() in (".md", ".markdown")
+        text = self.as_markdown() if markdown else self.as_json()
+        try:
+            path.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise SpecllamaError(f"cannot write {path}: {exc.strerror or exc}") from None
+        return "markdown" if markdown else "json"

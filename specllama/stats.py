@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from collections import Counter
+import statistics
+import time
+from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
@@ -88,3 +91,72 @@ class GenerationStats:
             "overhead_ms_per_round": round(self.overhead_ms_per_round, 4),
             "finish_reason": self.finish_reason,
         }
+
+
+class LiveCounter:
+    """Running figures of a generation in progress, from its round and token events.
+
+    What a live display shows before the FinishEvent arrives, and the stats of an answer that
+    was stopped early (which never gets one). The clock starts when the first round began
+    (its own decode time is subtracted), so the prompt's prefill does not count.
+    """
+
+    def __init__(self, drafter: str, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.stats = GenerationStats(drafter=drafter)
+        self.last_draft_length = 0
+        self._clock = clock
+        self._started: float | None = None
+
+    def on_round(self, n_drafted: int, n_accepted: int, draft_s: float, target_s: float) -> None:
+        if self._started is None:
+            self._started = self._clock() - draft_s - target_s
+        self.stats.record_round(n_drafted, n_accepted)
+        self.stats.draft_s += draft_s
+        self.stats.target_s += target_s
+        self.last_draft_length = n_drafted
+
+    def on_token(self) -> None:
+        self.stats.n_generated += 1
+
+    def snapshot(self, finish_reason: str = "") -> GenerationStats:
+        """The stats so far, with the elapsed time filled in."""
+        if self._started is not None:
+            self.stats.time_s = max(self._clock() - self._started, 1e-9)
+        self.stats.finish_reason = finish_reason
+        return self.stats
+
+
+class TargetRate:
+    """An estimate of the target model's speed alone, one token per decode.
+
+    Fed with measured one-token target decodes: rounds that drafted nothing (the target then
+    verifies a batch of one, exactly what it does alone) and any explicit probe. The estimate is
+    the median of the recent samples; a speedup is then measured tok/s ÷ this rate. It ignores
+    the sampling overhead the target-alone loop would also pay, so it is an estimate ("est.").
+    """
+
+    def __init__(self, keep: int = 64) -> None:
+        self._samples: deque[float] = deque(maxlen=keep)
+
+    def add(self, seconds_per_token: float) -> None:
+        if seconds_per_token > 0:
+            self._samples.append(seconds_per_token)
+
+    def observe_round(self, n_drafted: int, target_s: float) -> None:
+        if n_drafted == 0:
+            self.add(target_s)
+
+    @property
+    def known(self) -> bool:
+        return bool(self._samples)
+
+    @property
+    def tokens_per_s(self) -> float:
+        if not self._samples:
+            return 0.0
+        return 1.0 / statistics.median(self._samples)
+
+    def speedup(self, tokens_per_s: float) -> float | None:
+        """Measured rate over the target-alone estimate; None when nothing is known yet."""
+        rate = self.tokens_per_s
+        return tokens_per_s / rate if rate > 0 and tokens_per_s > 0 else None
