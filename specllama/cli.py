@@ -204,11 +204,16 @@ def read_prompt(argument: str | None) -> str:
 
 def _decode_stdin(raw: bytes) -> str:
     if b"\x00" in raw:
-        raise UsageError("stdin looks like a binary file, not text")
+        raise UsageError(
+            "stdin looks like a binary file, not text", hint="pipe a text file, or the prompt"
+        )
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise UsageError(f"stdin is not UTF-8 text (byte {exc.start})") from None
+        raise UsageError(
+            f"stdin is not UTF-8 text (byte {exc.start})",
+            hint="convert it first, e.g. iconv -f latin1 -t utf-8 FILE | specllama run ...",
+        ) from None
 
 
 @app.command()
