@@ -1,0 +1,66 @@
+"""The logits -> probabilities transform and the sampler, numpy only."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from specllama.errors import UsageError
+from specllama.sampling import SamplingParams, probabilities, residual, sample
+
+LOGITS = np.log(np.array([0.5, 0.25, 0.125, 0.0625, 0.0625]))
+
+
+def test_temperature_one_without_filters_is_the_softmax():
+    probs = probabilities(LOGITS, SamplingParams(temperature=1.0, top_k=0))
+    np.testing.assert_allclose(probs, [0.5, 0.25, 0.125, 0.0625, 0.0625])
+
+
+def test_low_temperature_sharpens():
+    probs = probabilities(LOGITS, SamplingParams(temperature=0.5, top_k=0))
+    assert probs[0] > 0.5 and probs.sum() == pytest.approx(1.0)
+
+
+def test_top_k_keeps_the_k_likeliest():
+    probs = probabilities(LOGITS, SamplingParams(temperature=1.0, top_k=2))
+    np.testing.assert_allclose(probs, [2 / 3, 1 / 3, 0, 0, 0])
+
+
+def test_top_p_keeps_the_smallest_prefix_reaching_p():
+    probs = probabilities(LOGITS, SamplingParams(temperature=1.0, top_k=0, top_p=0.7))
+    np.testing.assert_allclose(probs, [2 / 3, 1 / 3, 0, 0, 0])
+
+
+def test_min_p_drops_tokens_below_a_share_of_the_top():
+    probs = probabilities(LOGITS, SamplingParams(temperature=1.0, top_k=0, min_p=0.2))
+    np.testing.assert_allclose(probs, [4 / 7, 2 / 7, 1 / 7, 0, 0])
+
+
+def test_large_vocabulary_top_k_is_exact():
+    logits = np.random.default_rng(0).normal(size=151_936).astype(np.float32)
+    probs = probabilities(logits, SamplingParams(temperature=0.7, top_k=40))
+    assert np.count_nonzero(probs) == 40
+    assert set(np.flatnonzero(probs)) == set(np.argsort(logits)[-40:])
+
+
+def test_sample_frequencies_match_the_probabilities():
+    probs = np.array([0.1, 0.2, 0.3, 0.4])
+    rng = np.random.default_rng(5)
+    counts = np.bincount([sample(probs, rng) for _ in range(20_000)], minlength=4)
+    expected = probs * 20_000
+    assert (((counts - expected) ** 2) / expected).sum() < 16.27  # chi-square, 3 df, p=0.001
+
+
+def test_residual_is_the_normalised_positive_part():
+    p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.6, 0.2])
+    np.testing.assert_allclose(residual(p, q), [1.0, 0.0, 0.0])
+    np.testing.assert_allclose(residual(p, p), p)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [{"temperature": -1}, {"top_k": -1}, {"top_p": 0}, {"top_p": 1.5}, {"min_p": 1.0}],
+)
+def test_invalid_parameters_are_usage_errors(bad):
+    with pytest.raises(UsageError):
+        SamplingParams(**bad)
