@@ -77,9 +77,9 @@ def test_sync_keeps_the_common_prefix(f32):
     tokens = f32.tokenize("Speculative decoding keeps the target's output", add_bos=False)
     f32.sync(tokens)
     before = f32.n_decoded
-    f32.sync(tokens[:-2] + [42, 43])
+    f32.sync([*tokens[:-2], 42, 43])
     assert f32.n_decoded - before == 2
-    last = f32.sync(tokens[:-2] + [42, 43], logits_at_last=True)
+    last = f32.sync([*tokens[:-2], 42, 43], logits_at_last=True)
     assert last.shape == (f32.n_vocab,)
 
 
