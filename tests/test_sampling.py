@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from specllama.errors import UsageError
-from specllama.sampling import SamplingParams, probabilities, residual, sample
+from specllama.sampling import SamplingParams, probabilities, residual, sample, top_k_indices
 
 LOGITS = np.log(np.array([0.5, 0.25, 0.125, 0.0625, 0.0625]))
 
@@ -64,3 +64,16 @@ def test_residual_is_the_normalised_positive_part():
 def test_invalid_parameters_are_usage_errors(bad):
     with pytest.raises(UsageError):
         SamplingParams(**bad)
+
+
+@pytest.mark.parametrize("k", [1, 40, 500])
+def test_fast_top_k_equals_a_full_partition_with_and_without_ties(k):
+    rng = np.random.default_rng(k)
+    for ties in (False, True):
+        logits = rng.normal(size=151_936).astype(np.float32)
+        if ties:  # many equal top values: the strided threshold passes too few, or too many
+            logits[rng.choice(logits.size, 3000, replace=False)] = 9.0
+        fast = top_k_indices(logits, k)
+        full = np.argpartition(logits, logits.size - k)[logits.size - k :]
+        assert len(set(fast)) == k
+        np.testing.assert_array_equal(np.sort(logits[fast]), np.sort(logits[full]))
