@@ -71,7 +71,7 @@ def deferred_sigint() -> Iterator[_Interrupt]:
         signal.signal(signal.SIGINT, previous)
 
 
-def measure_target_step(target: Any, n: int = 4) -> list[float]:
+def measure_target_step(target: Any, n: int = 6) -> list[float]:
     """Time `n` one-token decodes of the target (after one warm-up), then undo them.
 
     What the target alone pays per token; the "est." speedup divides by it.
@@ -191,6 +191,8 @@ class ChatSession:
         if not 1 <= n <= 64:
             raise UsageError(f"/draft-max must be between 1 and 64, got {n}")
         self.engine.draft_max = n
+        if getattr(self.engine, "controller", None) is not None:
+            self.engine.controller = None  # the next answer builds one with the new maximum
         self.view.info(f"draft-max set to {n}")
 
     def _drafter(self, arg: str) -> None:
@@ -450,11 +452,8 @@ def run_repl(session: ChatSession, read: Callable[[str], str] = input) -> int:
 
 def start_view_facts(engine: Engine, samples: list[float], session: ChatSession) -> list[str]:
     config = engine.config
-    draft = (
-        f"draft {config.draft.name}"
-        if engine.drafter.name == "model" and config.draft
-        else f"drafter {engine.drafter.name}"
-    )
+    drafter = engine.drafter.name
+    draft = f"draft {config.draft.name} ({drafter})" if config.draft else f"drafter {drafter}"
     facts = [
         f"target {config.target.name} · {draft} · draft-max {engine.draft_max} · "
         f"ctx {engine.target.n_ctx} · max {session.max_tokens} tokens an answer",
@@ -462,7 +461,7 @@ def start_view_facts(engine: Engine, samples: list[float], session: ChatSession)
     if samples:
         facts.append(
             f"target alone ≈ {session.target_rate.tokens_per_s:.1f} tok/s "
-            "(measured one-token decodes; speedups below are estimates against it)"
+            "(fastest one-token decode measured; the speedups shown are estimates against it)"
         )
     return facts
 

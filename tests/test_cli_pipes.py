@@ -69,7 +69,6 @@ def test_jsonl_streams_one_token_per_line_then_the_stats(models: list[str]):
     assert tokens and all(e["type"] == "token" for e in tokens)
     assert {type(e["token"]) for e in tokens} == {int}
     assert {type(e["from_draft"]) for e in tokens} == {bool}
-    assert any(e["from_draft"] for e in tokens)  # the strict pair accepts most drafts
     assert last["type"] == "stats"
     assert last["n_generated"] == len(tokens)
     assert "".join(e["text"] for e in tokens) == last["text"]

@@ -3,6 +3,7 @@ the REPL driven for real in a pseudo-terminal (pexpect), with a text capture of 
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -26,13 +27,24 @@ from specllama.ui import ChatView
 pytestmark = pytest.mark.slow
 
 GREEDY = SamplingParams(temperature=0.0)
+# These tests need the draft model to draft every round (a fixed length, not the adaptive
+# controller, which may judge drafting not worth it on a CPU and skip it).
+ADAPTIVE = "adaptive" in {f.name for f in dataclasses.fields(EngineConfig)}
+FIXED = {"adaptive": False} if ADAPTIVE else {}
+FIXED_FLAG = ["--fixed"] if ADAPTIVE else []
 
 
 @pytest.fixture(scope="module")
 def engine(smol_f32: Path, smol_q4: Path) -> Iterator[Engine]:
     """The strict pair: F32 target, its Q4_1 file as the draft (accepted ~90% of the time)."""
     config = EngineConfig(
-        target=smol_f32, draft=smol_q4, drafter="model", draft_max=4, n_ctx=1024, n_threads=1
+        target=smol_f32,
+        draft=smol_q4,
+        drafter="model",
+        draft_max=4,
+        n_ctx=1024,
+        n_threads=1,
+        **FIXED,
     )
     with Engine(config) as loaded:
         yield loaded
@@ -134,7 +146,9 @@ def test_ctrl_c_mid_answer_keeps_the_partial_answer_and_the_session(engine: Engi
 
 
 def test_context_trimming_drops_old_turns_with_a_notice(smol_f32: Path, smol_q4: Path):
-    config = EngineConfig(target=smol_f32, draft=smol_q4, drafter="model", n_ctx=192, n_threads=1)
+    config = EngineConfig(
+        target=smol_f32, draft=smol_q4, drafter="model", n_ctx=192, n_threads=1, **FIXED
+    )
     with Engine(config) as small:
         view = text_view()
         session = ChatSession(small, view, params=GREEDY, max_tokens=16, system="Be brief.")
@@ -240,7 +254,7 @@ class Terminal:
 
 
 def chat_args(smol_f32: Path, smol_q4: Path, *extra: str) -> list[str]:
-    return ["chat", "-t", str(smol_f32), "-d", str(smol_q4), "--threads", "1", *extra]
+    return ["chat", "-t", str(smol_f32), "-d", str(smol_q4), "--threads", "1", *FIXED_FLAG, *extra]
 
 
 def test_repl_in_a_pty_two_turns_command_ctrl_c_and_a_third_turn(
