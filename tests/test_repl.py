@@ -336,3 +336,18 @@ def test_ctrl_c_or_ctrl_d_at_the_prompt_exits_cleanly(
     term.child.close()
     assert term.child.exitstatus == 0
     assert "[green]" not in term.capture() and "Traceback" not in term.capture()
+
+
+def test_record_saves_the_session_as_svg(engine: Engine, tmp_path: Path):
+    view = text_view(record=True)
+    session = session_on(engine, view, max_tokens=6)
+    view.echo_input("Name a colour.")
+    turn = session.answer("Name a colour.")
+    session.handle("/stats")
+    path = tmp_path / "chat.svg"
+    view.save_svg(str(path))
+    svg = path.read_text(encoding="utf-8")
+    assert svg.startswith("<svg") and "specllama&#160;chat" in svg  # the title
+    assert "Name&#160;a&#160;colour." in svg
+    assert "accepted&#160;draft&#160;tokens&#160;per&#160;round" in svg
+    assert turn.stats.n_generated >= 1
