@@ -86,12 +86,6 @@ def test_the_default_pair_is_reachable_through_pip_mirrors_of_the_right_size(
     assert draft.size == 5 * 89_128_960 + 45_755_264
 
 
-@pytest.mark.skip(reason="TODO(engine): compat.check_compatible on pairs whose GGUFs are cached")
-def test_available_pairs_pass_the_real_vocabulary_check() -> None:
-    """For pairs whose files the tests have (hub.cached_path), load both vocabularies and run
-    compat.py's check; the engine owner adds this once compat.py's API is settled."""
-
-
 def test_unknown_pair_suggests_close_names(builtin: cat.Catalog) -> None:
     with pytest.raises(CatalogError) as err:
         builtin.pair("qwen-coder-1.5b")
