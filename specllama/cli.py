@@ -6,6 +6,7 @@ SPECLLAMA_DEBUG=1 lets the traceback through instead.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -62,6 +63,12 @@ def friendly_errors(command: F) -> F:
         except KeyboardInterrupt:
             ui.print_error("interrupted")
             raise typer.Exit(130) from None
+        except BrokenPipeError:
+            # The reader of stdout went away (`| head`): stop quietly, as Unix tools do, and
+            # point stdout at /dev/null so the interpreter's final flush does not fail again.
+            with contextlib.suppress(OSError, ValueError):
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise typer.Exit(0) from None
 
     return wrapper  # type: ignore[return-value]
 

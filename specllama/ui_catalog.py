@@ -51,12 +51,16 @@ def download_progress(console: Console | None = None) -> Iterator[ProgressFor]:
         transient=False,
     )
 
+    started: list[bool] = []
+
     def progress_for(model: ModelRef) -> Callable[[int, int], None]:
         task: list[int] = []
 
         def update(done: int, total: int) -> None:
             if not task:
-                bars.start()
+                if not started:
+                    bars.start()
+                    started.append(True)
                 task.append(bars.add_task(model.name, total=total or model.size))
             bars.update(task[0], completed=done, total=total or model.size)
 
@@ -65,7 +69,8 @@ def download_progress(console: Console | None = None) -> Iterator[ProgressFor]:
     try:
         yield progress_for
     finally:
-        bars.stop()
+        if started:  # stopping a bar that never started still prints an empty line
+            bars.stop()
 
 
 def _size(n: int | None, exact: bool) -> str:
