@@ -31,9 +31,22 @@ class Drafter(Protocol):
     name: str
     decode_seconds: float  # time spent in a model's decode so far (0 for model-free drafters)
 
+    def sources(self, context: Sequence[int]) -> list[tuple[str, int]]:
+        """What this drafter could propose after `context`, best first, as (source, backlog):
+        the backlog is how many tokens the source must evaluate before it drafts."""
+
     def propose(
-        self, context: Sequence[int], n_max: int, params: SamplingParams, rng: np.random.Generator
-    ) -> Draft: ...
+        self,
+        context: Sequence[int],
+        n_max: int,
+        params: SamplingParams,
+        rng: np.random.Generator,
+        *,
+        source: str | None = None,
+        min_confidence: float | None = None,
+    ) -> Draft:
+        """Up to `n_max` tokens from `source` (None: the first offered); `min_confidence`
+        overrides a draft model's p-min for this call."""
 
     def rewind(self, context: Sequence[int]) -> None:
         """Drop any state past `context` (called when generation stops)."""
@@ -45,8 +58,16 @@ class NoDrafter:
     name = "none"
     decode_seconds = 0.0
 
+    def sources(self, context: Sequence[int]) -> list[tuple[str, int]]:
+        return []
+
     def propose(
-        self, context: Sequence[int], n_max: int, params: SamplingParams, rng: np.random.Generator
+        self,
+        context: Sequence[int],
+        n_max: int,
+        params: SamplingParams,
+        rng: np.random.Generator,
+        **_: object,
     ) -> Draft:
         return Draft()
 
@@ -67,15 +88,29 @@ class DraftModelDrafter:
         self.model = model
         self.min_confidence = min_confidence
 
+    def sources(self, context: Sequence[int]) -> list[tuple[str, int]]:
+        n_past = self.model.n_past
+        if self.model.tokens != list(context[:n_past]):
+            n_past = self.model.common_prefix(context)
+        return [("model", len(context) - n_past)]
+
     def propose(
-        self, context: Sequence[int], n_max: int, params: SamplingParams, rng: np.random.Generator
+        self,
+        context: Sequence[int],
+        n_max: int,
+        params: SamplingParams,
+        rng: np.random.Generator,
+        *,
+        source: str | None = None,
+        min_confidence: float | None = None,
     ) -> Draft:
         draft = Draft(q=None if params.greedy else [])
         if n_max <= 0:
             return draft
+        p_min = self.min_confidence if min_confidence is None else min_confidence
         logits = self.model.sync(context, logits_at_last=True)
         while True:
-            token, q = self._choose(logits, params, rng)
+            token, q = self._choose(logits, params, rng, p_min)
             if token is None:
                 break
             draft.tokens.append(token)
@@ -87,16 +122,16 @@ class DraftModelDrafter:
         return draft
 
     def _choose(
-        self, logits: np.ndarray, params: SamplingParams, rng: np.random.Generator
+        self, logits: np.ndarray, params: SamplingParams, rng: np.random.Generator, p_min: float
     ) -> tuple[int | None, np.ndarray | None]:
         """The next draft token and its q, or None when the draft is not confident enough."""
         if params.greedy:
             token = argmax(logits)
-            if self.min_confidence > 0 and _top_probability(logits) < self.min_confidence:
+            if p_min > 0 and _top_probability(logits) < p_min:
                 return None, None
             return token, None
         q = probabilities(logits, params)
-        if self.min_confidence > 0 and q.max() < self.min_confidence:
+        if p_min > 0 and q.max() < p_min:
             return None, None
         return sample(q, rng), q
 
@@ -129,23 +164,46 @@ class NgramDrafter:
         self.ngram_min = ngram_min
         self._indexed: list[int] = []
         self._index: dict[tuple[int, ...], int] = {}
+        self.match_size = 0
+
+    def sources(self, context: Sequence[int]) -> list[tuple[str, int]]:
+        """("ngramN", 0) when the last N tokens occurred before (the longest such N)."""
+        self._match(context)
+        return [(f"ngram{self.match_size}", 0)] if self.match_size else []
 
     def propose(
-        self, context: Sequence[int], n_max: int, params: SamplingParams, rng: np.random.Generator
+        self,
+        context: Sequence[int],
+        n_max: int,
+        params: SamplingParams,
+        rng: np.random.Generator,
+        **_: object,
     ) -> Draft:
         if n_max <= 0:
             return Draft()
+        follower = self._match(context)
+        if follower is None:
+            return Draft()
+        return Draft(tokens=list(context[follower : follower + n_max]))
+
+    def _match(self, context: Sequence[int]) -> int | None:
+        """Where the continuation of the longest matching n-gram starts, or None; its length
+        is left in `match_size` (0: no match)."""
         self._update_index(context)
+        self.match_size = 0
         for n in range(self.ngram_max, self.ngram_min - 1, -1):
             if len(context) <= n:
                 continue
             follower = self._index.get(tuple(context[-n:]))
             if follower is not None:
-                return Draft(tokens=list(context[follower : follower + n_max]))
-        return Draft()
+                self.match_size = n
+                return follower
+        return None
 
     def _update_index(self, context: Sequence[int]) -> None:
         """Index every n-gram that has a continuation, i.e. ends before the last token."""
+        if len(self._indexed) == len(context) and self._indexed == context:
+            return
         if self._indexed != list(context[: len(self._indexed)]):
             self._indexed, self._index = [], {}
         start = len(self._indexed)
@@ -157,3 +215,41 @@ class NgramDrafter:
 
     def rewind(self, context: Sequence[int]) -> None:
         pass
+
+
+class CombinedDrafter:
+    """N-gram lookup first when the text so far has a match (free to draft), the draft model
+    otherwise. The controller picks between the sources it offers, round by round."""
+
+    name = "ngram+model"
+
+    def __init__(self, model: DraftModelDrafter, ngram: NgramDrafter | None = None) -> None:
+        self.model = model
+        # Longer n-grams than the n-gram drafter's default: a long match says "copying".
+        self.ngram = ngram or NgramDrafter(ngram_max=8)
+
+    def sources(self, context: Sequence[int]) -> list[tuple[str, int]]:
+        return [*self.ngram.sources(context), *self.model.sources(context)]
+
+    def propose(
+        self,
+        context: Sequence[int],
+        n_max: int,
+        params: SamplingParams,
+        rng: np.random.Generator,
+        *,
+        source: str | None = None,
+        min_confidence: float | None = None,
+    ) -> Draft:
+        if source is None or source.startswith("ngram"):
+            draft = self.ngram.propose(context, n_max, params, rng)
+            if draft.tokens or source is not None:
+                return draft
+        return self.model.propose(context, n_max, params, rng, min_confidence=min_confidence)
+
+    @property
+    def decode_seconds(self) -> float:
+        return self.model.decode_seconds
+
+    def rewind(self, context: Sequence[int]) -> None:
+        self.model.rewind(context)

@@ -6,16 +6,23 @@ the drafter, turning messages into prompt tokens, and running the loop.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from specllama.backend import LlamaBackend
+from specllama import calibration
+from specllama.backend import LlamaBackend, build_facts, default_threads
 from specllama.chat import Message, plain_prompt, render_chat
 from specllama.compat import check_compatible
-from specllama.controller import DraftController, FixedLength
+from specllama.controller import AdaptiveController, Costs, DraftController, FixedLength
 from specllama.detok import TextStream
-from specllama.drafters import Drafter, DraftModelDrafter, NgramDrafter, NoDrafter
+from specllama.drafters import (
+    CombinedDrafter,
+    Drafter,
+    DraftModelDrafter,
+    NgramDrafter,
+    NoDrafter,
+)
 from specllama.errors import UsageError
 from specllama.sampling import SamplingParams, make_rng
 from specllama.speculative import Event, generate
@@ -33,6 +40,9 @@ class EngineConfig:
     n_gpu_layers: int = 0
     n_gpu_layers_draft: int = 0
     n_threads: int | None = None
+    # Adaptive: draft length, source (n-gram first, then the draft model) and on/off chosen
+    # each round from measured costs and acceptance. Fixed: always draft_max from one drafter.
+    adaptive: bool = True
 
     def __post_init__(self) -> None:
         if self.drafter not in DRAFTERS:
@@ -69,14 +79,17 @@ class Engine:
             check_compatible(self.draft_model, self.target)
         self.drafter = self._make_drafter(config.drafter)
         self.draft_max = config.draft_max
+        self.costs: Costs | None = None
+        self.controller: DraftController | None = None  # adaptive: kept across generations
 
     def _make_drafter(self, name: str) -> Drafter:
         if name == "model":
             if self.draft_model is None:
                 raise UsageError("no draft model is loaded: start with --draft or --pair")
-            return DraftModelDrafter(self.draft_model)
-        if name == "ngram":
-            return NgramDrafter()
+            model = DraftModelDrafter(self.draft_model)
+            return CombinedDrafter(model) if self.config.adaptive else model
+        if name == "ngram":  # adaptive: longer n-grams, whose length tells a copy from a guess
+            return NgramDrafter(ngram_max=8) if self.config.adaptive else NgramDrafter()
         return NoDrafter()
 
     def use_drafter(self, name: str) -> None:
@@ -129,9 +142,9 @@ class Engine:
         max_tokens: int,
         controller: DraftController | None = None,
     ) -> Iterator[Event]:
-        controller = controller or FixedLength(self.draft_max)
         if isinstance(self.drafter, NoDrafter):
             controller = FixedLength(0)
+        controller = controller or self.default_controller()
         return generate(
             self.target,
             self.drafter,
@@ -141,3 +154,34 @@ class Engine:
             controller=controller,
             rng=make_rng(params),
         )
+
+    # -- measured costs and the controller ------------------------------------------------
+
+    def calibrate(
+        self, *, refresh: bool = False, on_measure: Callable[[], None] | None = None
+    ) -> Costs:
+        """This machine's costs for these models: cached, or measured now (a few seconds)."""
+        if self.costs is None or refresh:
+            key = calibration.calibration_key(
+                self.config.target,
+                self.config.draft if self.draft_model is not None else None,
+                n_threads=self.config.n_threads or default_threads(),
+                n_gpu_layers=self.config.n_gpu_layers,
+                n_gpu_layers_draft=self.config.n_gpu_layers_draft,
+                llama_version=build_facts().version,
+            )
+            self.costs = calibration.load_or_measure(
+                key, self.target, self.draft_model, refresh=refresh, on_measure=on_measure
+            )
+        return self.costs
+
+    def new_controller(self, *, adaptive: bool | None = None) -> DraftController:
+        """A fresh controller: adaptive (calibrating first if needed) or fixed at draft_max."""
+        if not (self.config.adaptive if adaptive is None else adaptive):
+            return FixedLength(self.draft_max)
+        return AdaptiveController(self.calibrate(), draft_max=self.draft_max)
+
+    def default_controller(self) -> DraftController:
+        if self.controller is None:
+            self.controller = self.new_controller()
+        return self.controller

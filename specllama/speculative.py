@@ -42,6 +42,7 @@ class RoundEvent:
     n_accepted: int
     draft_s: float  # time in the draft's decode this round
     target_s: float  # time in the target's verify decode this round
+    source: str = ""  # who was asked to draft ("model", "ngram"; "" when nobody was asked)
 
 
 @dataclass(frozen=True)
@@ -123,8 +124,10 @@ def generate(
             if room < 0:
                 reason = "context"
                 break
-            k = max(0, min(controller.next_length(), max_tokens - stats.n_generated - 1, room))
-            round_ = _round(target, drafter, context, k, params, rng)
+            left = max_tokens - stats.n_generated
+            source, k = controller.choose(drafter.sources(context), left)
+            k = max(0, min(k, left - 1, room))
+            round_ = _round(target, drafter, context, k, source, controller, params, rng)
             controller.observe(round_.event)
             stats.record_round(round_.event.n_drafted, round_.event.n_accepted)
             yield round_.event
@@ -161,11 +164,16 @@ def _round(
     drafter: Drafter,
     context: list[int],
     k: int,
+    source: str,
+    controller: DraftController,
     params: SamplingParams,
     rng: np.random.Generator,
 ) -> _Round:
     draft_clock = drafter.decode_seconds
-    draft = drafter.propose(context, k, params, rng) if k else Draft()
+    draft = Draft()
+    if k:
+        p_min = controller.min_confidence
+        draft = drafter.propose(context, k, params, rng, source=source, min_confidence=p_min)
     draft_s = drafter.decode_seconds - draft_clock
 
     target_clock = target.decode_seconds
@@ -176,5 +184,5 @@ def _round(
     n_accepted, next_token = verify(rows, draft, params, rng)
     # Keep pending + accepted drafts evaluated; next_token becomes the new pending token.
     target.rollback(len(context) + n_accepted)
-    event = RoundEvent(len(draft), n_accepted, draft_s, target_s)
+    event = RoundEvent(len(draft), n_accepted, draft_s, target_s, source if k else "")
     return _Round(event, [*draft.tokens[:n_accepted], next_token])
