@@ -21,6 +21,7 @@ from specllama import hub, ui, ui_catalog
 from specllama.backend import build_facts
 from specllama.catalog import Catalog, ModelRef, Pair, load_catalog, parse_ref
 from specllama.chat import Message
+from specllama.drafters import NoDrafter
 from specllama.errors import SpecllamaError, UsageError
 from specllama.hardware import default_gpu_layers, doctor_report, pair_rows
 from specllama.sampling import SamplingParams
@@ -122,6 +123,14 @@ NoTemplate = Annotated[
     bool, typer.Option("--no-chat-template", help="Send the prompt as is, without the template.")
 ]
 JsonOut = Annotated[bool, typer.Option("--json", help="Print one JSON object at the end.")]
+Adaptive = Annotated[
+    bool,
+    typer.Option(
+        "--adaptive/--fixed",
+        help="Adaptive: choose draft length and source (n-gram, then the draft model) each "
+        "round from measured costs, off when it does not pay. Fixed: always --draft-max.",
+    ),
+]
 JsonlOut = Annotated[
     bool,
     typer.Option("--jsonl", help="Stream JSON lines: one per token, then one with the stats."),
@@ -173,6 +182,7 @@ def engine_config(
     gpu_layers: int | None,
     gpu_layers_draft: int | None,
     threads: int | None,
+    adaptive: bool = True,
 ) -> EngineConfig:
     """The command-line model options -> what the Engine loads (validated before any download)."""
     if drafter is not None and drafter not in DRAFTERS:
@@ -194,7 +204,18 @@ def engine_config(
         n_gpu_layers=offload if gpu_layers is None else gpu_layers,
         n_gpu_layers_draft=offload if gpu_layers_draft is None else gpu_layers_draft,
         n_threads=threads,
+        adaptive=adaptive,
     )
+
+
+def calibrate_with_notice(engine: Engine) -> None:
+    """Measure this machine's costs once per model pair (cached), saying so on stderr."""
+    if engine.config.adaptive and not isinstance(engine.drafter, NoDrafter):
+        engine.calibrate(
+            on_measure=lambda: ui.stderr_console().print(
+                "[dim]measuring this machine's decode costs (once per model pair)…[/dim]"
+            )
+        )
 
 
 def read_prompt(argument: str | None) -> str:
@@ -246,6 +267,7 @@ def run(
     no_chat_template: NoTemplate = False,
     json_out: JsonOut = False,
     jsonl_out: JsonlOut = False,
+    adaptive: Adaptive = True,
 ) -> None:
     """Answer one prompt: the text on stdout, a one-line summary on stderr."""
     if json_out and jsonl_out:
@@ -261,6 +283,7 @@ def run(
         gpu_layers=gpu_layers,
         gpu_layers_draft=gpu_layers_draft,
         threads=threads,
+        adaptive=adaptive,
     )
     text = read_prompt(prompt)
     if max_tokens < 1:
@@ -269,6 +292,7 @@ def run(
     messages.append(Message("user", text))
 
     with Engine(config) as engine:
+        calibrate_with_notice(engine)
         tokens = engine.prompt_tokens(messages, chat_template=not no_chat_template)
         pieces: list[str] = []
         stream = engine.target_text_stream()
@@ -403,3 +427,111 @@ def doctor(json_out: JsonOut = False) -> None:
         print(json.dumps(report.as_json(), indent=2))
     else:
         ui_catalog.show(ui_catalog.doctor_table(report))
+
+
+PromptsFile = Annotated[
+    Path | None,
+    typer.Option("--prompts", help="JSONL prompt file (default: the bundled set of ~30)."),
+]
+Configs = Annotated[
+    str,
+    typer.Option(
+        "--configs", help="Comma-separated: target, model:K, ngram:K, adaptive (target is implied)."
+    ),
+]
+
+
+@app.command()
+@friendly_errors
+def bench(
+    pair: PairOpt = None,
+    target: Target = None,
+    draft: Draft = None,
+    draft_max: DraftMax = None,
+    gpu_layers: GpuLayers = None,
+    gpu_layers_draft: GpuLayersDraft = None,
+    ctx: Ctx = 4096,
+    threads: Threads = None,
+    temperature: Temperature = 0.0,
+    top_k: TopK = 40,
+    top_p: TopP = 1.0,
+    min_p: MinP = 0.0,
+    seed: Seed = None,
+    max_tokens: MaxTokens = 128,
+    adaptive: Adaptive = True,
+    prompts: PromptsFile = None,
+    configs: Configs = "target,model:2,model:4,ngram:8,adaptive",
+    category: Annotated[
+        list[str] | None, typer.Option("--category", help="Only these categories (repeatable).")
+    ] = None,
+    limit: Annotated[int | None, typer.Option("--limit", help="At most N prompts.")] = None,
+    repeats: Annotated[int, typer.Option("--repeats", help="Rounds per prompt.")] = 2,
+    warmup: Annotated[bool, typer.Option("--warmup/--no-warmup", help="One warm-up round.")] = True,
+    json_file: Annotated[
+        Path | None, typer.Option("--json", help="Write the full results as JSON to FILE.")
+    ] = None,
+    plot_file: Annotated[
+        Path | None, typer.Option("--plot", help="Write a PNG plot (needs specllama[plot]).")
+    ] = None,
+) -> None:
+    """Target alone vs. speculative configurations, interleaved, on the same prompts."""
+    from specllama import bench as bench_mod
+
+    if plot_file is not None:
+        bench_mod.check_plot_support()
+    if max_tokens < 1:
+        raise UsageError(f"--max-tokens must be at least 1, got {max_tokens}")
+    chosen = bench_mod.load_prompts(prompts)
+    if category:
+        known = {p.category for p in chosen}
+        missing = [c for c in category if c not in known]
+        if missing:
+            raise UsageError(
+                f"no prompts in category {', '.join(missing)}",
+                hint=f"categories: {', '.join(sorted(known))}",
+            )
+        chosen = [p for p in chosen if p.category in category]
+    if limit is not None:
+        chosen = chosen[: max(limit, 1)]
+    params = SamplingParams(temperature, top_k, top_p, min_p, seed)
+    config = engine_config(
+        pair=pair,
+        target=target,
+        draft=draft,
+        drafter=None,
+        draft_max=draft_max,
+        ctx=ctx,
+        gpu_layers=gpu_layers,
+        gpu_layers_draft=gpu_layers_draft,
+        threads=threads,
+        adaptive=adaptive,
+    )
+    plan = bench_mod.parse_configs(
+        configs,
+        has_draft=config.draft is not None,
+        draft_max=config.draft_max,
+        adaptive=adaptive,
+    )
+    console = ui.stderr_console()
+    with Engine(config) as engine:
+        if any(c.adaptive for c in plan):
+            calibrate_with_notice(engine)
+        with bench_mod.progress_bar(console) as progress:
+            result = bench_mod.run_bench(
+                engine,
+                chosen,
+                plan,
+                params,
+                max_tokens=max_tokens,
+                repeats=repeats,
+                warmup=warmup,
+                progress=progress,
+            )
+    report = bench_mod.to_json(result)
+    bench_mod.print_report(report)
+    if json_file is not None:
+        json_file.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+        console.print(f"[dim]results written to {json_file}[/dim]")
+    if plot_file is not None:
+        bench_mod.write_plot(report, plot_file)
+        console.print(f"[dim]plot written to {plot_file}[/dim]")
