@@ -358,6 +358,7 @@ def chat(
     no_chat_template: NoTemplate = False,
     no_color: NoColor = False,
     record: Record = None,
+    adaptive: Adaptive = True,
 ) -> None:
     """Chat in the terminal: answers stream coloured by origin, with live stats (/help)."""
     from specllama import repl
@@ -373,6 +374,7 @@ def chat(
         gpu_layers=gpu_layers,
         gpu_layers_draft=gpu_layers_draft,
         threads=threads,
+        adaptive=adaptive,
     )
     if max_tokens < 1:
         raise UsageError(f"--max-tokens must be at least 1, got {max_tokens}")
@@ -380,6 +382,7 @@ def chat(
     with ui.stderr_console().status("loading models…"):
         engine = Engine(config)
     with engine:
+        calibrate_with_notice(engine)  # before the first turn, not inside it
         code = repl.chat(
             engine,
             view,
