@@ -44,17 +44,19 @@ def pair(smol_f32, smol_q4):
     return ["--target", smol_f32, "--draft", smol_q4]
 
 
-def test_speculative_text_equals_target_alone_and_stdout_is_only_text(pair):
-    spec = invoke("Name three fruits.", *pair, "-n", "24")
+@pytest.mark.parametrize("mode", ["--fixed", "--adaptive"])
+def test_speculative_text_equals_target_alone_and_stdout_is_only_text(pair, mode):
+    spec = invoke("Name three fruits.", *pair, "-n", "24", mode)
     alone = invoke("Name three fruits.", *pair, "--drafter", "none", "-n", "24")
     assert spec.exit_code == 0 and alone.exit_code == 0, spec.output + alone.output
     assert spec.stdout == alone.stdout and spec.stdout.strip()
-    assert "tokens in" in spec.stderr and "drafter model" in spec.stderr
-    assert "tokens in" not in spec.stdout
+    assert "tokens in" in spec.stderr and "tokens in" not in spec.stdout
+    # --fixed drafts with the model every round; adaptive combines n-gram and model.
+    assert ("drafter model" if mode == "--fixed" else "drafter ngram+model") in spec.stderr
 
 
 def test_json_has_the_contract_fields(pair):
-    result = invoke("Say hello.", *pair, "-n", "12", "--json", "--draft-max", "3")
+    result = invoke("Say hello.", *pair, "-n", "12", "--json", "--draft-max", "3", "--fixed")
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert data.keys() >= CONTRACT_KEYS
