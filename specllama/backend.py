@@ -235,25 +235,31 @@ class LlamaBackend:
 
         Returns one logits row per index in `logits_at` (indices into `tokens`), as a
         float32 array of shape (len(logits_at), n_vocab). Batches longer than n_batch are
-        split into chunks; each requested row is copied out right after its chunk runs.
+        split into chunks; the rows of each chunk are copied out, in one copy, right after it
+        runs (llama.cpp keeps the flagged rows contiguous, in batch order).
         """
         self.check_fits(self.n_past + len(tokens))
         # Timed up to the logits copy: on a GPU llama_decode returns before the work is done,
         # and reading the logits is where the wait happens.
         started = time.perf_counter()
         wanted = sorted(set(logits_at))
-        rows: dict[int, np.ndarray] = {}
+        out = np.empty((len(wanted), self.n_vocab), dtype=np.float32)
+        filled = 0
         for start in range(0, len(tokens), self.n_batch):
             chunk = tokens[start : start + self.n_batch]
             in_chunk = [i - start for i in wanted if start <= i < start + len(chunk)]
             self._decode_chunk(chunk, in_chunk)
-            for i in in_chunk:
-                rows[start + i] = self._logits_row(i)
+            if in_chunk:
+                pointer = self._lib.llama_get_logits(self._ctx)
+                rows = np.ctypeslib.as_array(pointer, shape=(len(in_chunk), self.n_vocab))
+                out[filled : filled + len(in_chunk)] = rows
+                filled += len(in_chunk)
         self.n_decoded += len(tokens)
         self.decode_seconds += time.perf_counter() - started
-        if not logits_at:
-            return np.empty((0, self.n_vocab), dtype=np.float32)
-        return np.stack([rows[i] for i in logits_at])
+        if list(logits_at) == wanted:
+            return out
+        row_of = {position: row for row, position in enumerate(wanted)}
+        return out[[row_of[i] for i in logits_at]]
 
     def _decode_chunk(self, chunk: Sequence[int], logits_at: Sequence[int]) -> None:
         batch = self._batch
@@ -272,10 +278,6 @@ class LlamaBackend:
                 hint="the context may be full: try a larger --ctx",
             )
         self.tokens.extend(chunk)
-
-    def _logits_row(self, index: int) -> np.ndarray:
-        pointer = self._lib.llama_get_logits_ith(self._ctx, index)
-        return np.ctypeslib.as_array(pointer, shape=(self.n_vocab,)).copy()
 
     def rollback(self, n_past: int) -> None:
         """Forget everything after the first `n_past` tokens."""

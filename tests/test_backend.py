@@ -40,6 +40,15 @@ def test_decode_returns_rows_only_where_asked(f32):
     assert f32.decode([], []).shape == (0, f32.n_vocab)
 
 
+def test_rows_come_back_in_the_order_asked_even_unsorted_or_repeated(f32):
+    tokens = f32.tokenize("One two three four five six", add_bos=False)
+    f32.rollback(0)
+    ordered = f32.decode(tokens, range(len(tokens)))
+    f32.rollback(0)
+    shuffled = f32.decode(tokens, [4, 1, 4, 0])
+    np.testing.assert_array_equal(shuffled, ordered[[4, 1, 4, 0]])
+
+
 def test_batched_and_one_by_one_evaluation_agree_on_f32(f32):
     tokens = f32.tokenize("def fibonacci(n):\n    if n < 2:", add_bos=False)
     f32.rollback(0)
