@@ -111,23 +111,7 @@ class Engine:
     # -- prompts ----------------------------------------------------------------------------
 
     def prompt_tokens(self, messages: list[Message], *, chat_template: bool = True) -> list[int]:
-        """Messages -> the target's prompt tokens, through the model's own chat template."""
-        if not chat_template:
-            return self.target.tokenize("\n\n".join(m.content for m in messages))
-        template = self.target.chat_template
-        if template is None:
-            return self.target.tokenize(plain_prompt(messages))
-        vocab = self.target.vocab
-        bos = self.target.special_token_text(vocab.bos) if vocab.add_bos else ""
-        text = render_chat(
-            template,
-            messages,
-            bos_token=bos,
-            eos_token=self.target.special_token_text(vocab.eos),
-        )
-        # A template that writes the BOS itself must not get a second one from the tokenizer.
-        add_bos = vocab.add_bos and not (bos and text.startswith(bos))
-        return self.target.tokenize(text, add_bos=add_bos)
+        return prompt_tokens(self.target, messages, chat_template=chat_template)
 
     def target_text_stream(self) -> TextStream:
         return TextStream(self.target)
@@ -185,3 +169,22 @@ class Engine:
         if self.controller is None:
             self.controller = self.new_controller()
         return self.controller
+
+
+def prompt_tokens(
+    target: LlamaBackend, messages: list[Message], *, chat_template: bool = True
+) -> list[int]:
+    """Messages -> the target's prompt tokens, through the model's own chat template."""
+    if not chat_template:
+        return target.tokenize("\n\n".join(m.content for m in messages))
+    template = target.chat_template
+    if template is None:
+        return target.tokenize(plain_prompt(messages))
+    vocab = target.vocab
+    bos = target.special_token_text(vocab.bos) if vocab.add_bos else ""
+    text = render_chat(
+        template, messages, bos_token=bos, eos_token=target.special_token_text(vocab.eos)
+    )
+    # A template that writes the BOS itself must not get a second one from the tokenizer.
+    add_bos = vocab.add_bos and not (bos and text.startswith(bos))
+    return target.tokenize(text, add_bos=add_bos)

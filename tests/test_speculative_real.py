@@ -13,7 +13,7 @@ from specllama.chat import Message
 from specllama.controller import FixedLength
 from specllama.drafters import DraftModelDrafter, NgramDrafter, NoDrafter
 from specllama.sampling import SamplingParams
-from specllama.session import Engine, EngineConfig
+from specllama.session import Engine, EngineConfig, prompt_tokens
 from specllama.speculative import FinishEvent, RoundEvent, TokenEvent, generate
 
 pytestmark = pytest.mark.slow
@@ -39,10 +39,8 @@ def target(smol_f32):
 
 
 @pytest.fixture(scope="module")
-def prompts(target, smol_f32):
-    engine = Engine.__new__(Engine)  # only prompt_tokens is needed: reuse the loaded target
-    engine.target = target
-    return [engine.prompt_tokens([Message("user", p)]) for p in PROMPTS]
+def prompts(target):
+    return [prompt_tokens(target, [Message("user", p)]) for p in PROMPTS]
 
 
 def generate_tokens(target, drafter, prompt, k):
