@@ -17,7 +17,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from specllama import hub, ui, ui_catalog
+from specllama import calibration, hub, ui, ui_catalog
 from specllama.backend import build_facts
 from specllama.catalog import Catalog, ModelRef, Pair, load_catalog, parse_ref
 from specllama.chat import Message
@@ -426,10 +426,11 @@ def pull(
 def doctor(json_out: JsonOut = False) -> None:
     """This llama.cpp build (GPU offload?), RAM/VRAM, caches, and how to enable a GPU."""
     report = doctor_report(build_facts(), catalog=load_catalog())
+    calibrations = calibration.cached_calibrations()
     if json_out:
-        print(json.dumps(report.as_json(), indent=2))
+        print(json.dumps({**report.as_json(), "calibrations": calibrations}, indent=2))
     else:
-        ui_catalog.show(ui_catalog.doctor_table(report))
+        ui_catalog.show(ui_catalog.doctor_table(report, calibrations))
 
 
 PromptsFile = Annotated[

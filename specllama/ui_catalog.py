@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 from rich.console import Console, RenderableType
 from rich.progress import (
@@ -107,7 +108,7 @@ def _short(model: ModelRef) -> str:
     return f"{model.params or '?'} {model.quant or ''}".strip()
 
 
-def doctor_table(report: Doctor) -> Table:
+def doctor_table(report: Doctor, calibrations: list[dict[str, object]] = ()) -> Table:
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold")
     table.add_column()
@@ -133,6 +134,11 @@ def doctor_table(report: Doctor) -> Table:
     rows.append(("user catalogue", str(report.user_catalog)))
     rows.append(("hub", report.hub_endpoint + (" (offline)" if report.offline else "")))
     rows.append(("python", f"{report.python} on {report.platform}"))
+    for measured in calibrations:  # what the adaptive controller works from, per pair
+        pair = Path(str(measured["target"])).name
+        if measured["draft"]:
+            pair += f" + {Path(str(measured['draft'])).name}"
+        rows.append(("calibration", f"{pair}: {measured['summary']}"))
     rows.extend(("note", note) for note in report.notes)
     for key, value in rows:
         table.add_row(key, value)

@@ -121,3 +121,16 @@ def test_unknown_pair_suggests_names():
     result = invoke("hi", "--pair", "qwen2.5-coder-1.5")
     assert_one_line_error(result, 1, "qwen2.5-coder-1.5")
     assert "qwen2.5-coder-1.5b" in result.stderr
+
+
+def test_doctor_shows_the_calibration_that_an_adaptive_run_measured(smol_q4, tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECLLAMA_CACHE", str(tmp_path))
+    doctor = CliRunner().invoke(app, ["doctor", "--json"])
+    assert doctor.exit_code == 0, doctor.output
+    assert json.loads(doctor.stdout)["calibrations"] == []
+
+    assert invoke("Say hi.", "--target", smol_q4, "-n", "4", "--adaptive").exit_code == 0
+    data = json.loads(CliRunner().invoke(app, ["doctor", "--json"]).stdout)
+    assert [c["target"] for c in data["calibrations"]] == [str(smol_q4)]
+    table = CliRunner().invoke(app, ["doctor"]).stdout
+    assert "calibration" in table and "target 1 token" in table
