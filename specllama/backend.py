@@ -90,7 +90,58 @@ def _check_gguf(path: Path) -> None:
             )
 
 
-class LlamaBackend:
+class EvaluatedTokens:
+    """The record of what a context has evaluated, and how to bring it to any sequence.
+
+    A subclass provides `decode(tokens, logits_at)`, which appends to `self.tokens`, and
+    `_forget(n_past)`, which drops its cache after the first n_past tokens. (The tests' fake
+    backend shares this bookkeeping with the real one.)
+    """
+
+    tokens: list[int]
+
+    def decode(self, tokens: Sequence[int], logits_at: Sequence[int] = ()) -> np.ndarray:
+        raise NotImplementedError
+
+    def _forget(self, n_past: int) -> None:
+        raise NotImplementedError
+
+    @property
+    def n_past(self) -> int:
+        return len(self.tokens)
+
+    def rollback(self, n_past: int) -> None:
+        """Forget everything after the first `n_past` tokens."""
+        if n_past < self.n_past:
+            self._forget(n_past)
+            del self.tokens[n_past:]
+
+    def common_prefix(self, tokens: Sequence[int]) -> int:
+        n = 0
+        for mine, theirs in zip(self.tokens, tokens):
+            if mine != theirs:
+                break
+            n += 1
+        return n
+
+    def sync(self, tokens: Sequence[int], logits_at_last: bool = False) -> np.ndarray | None:
+        """Make the context hold exactly `tokens`, reusing the common prefix.
+
+        With `logits_at_last`, returns the logits after the last token (re-evaluating it if it
+        was already in the cache, since llama.cpp keeps no logits for old positions).
+        """
+        keep = self.common_prefix(tokens)
+        if logits_at_last and keep == len(tokens):
+            keep -= 1
+        self.rollback(keep)
+        rest = list(tokens[keep:])
+        if not logits_at_last:
+            self.decode(rest)
+            return None
+        return self.decode(rest, [len(rest) - 1])[0]
+
+
+class LlamaBackend(EvaluatedTokens):
     """A loaded model with one context (sequence 0)."""
 
     def __init__(
@@ -219,10 +270,6 @@ class LlamaBackend:
 
     # -- evaluation -------------------------------------------------------------------------
 
-    @property
-    def n_past(self) -> int:
-        return len(self.tokens)
-
     def check_fits(self, n_tokens: int) -> None:
         if n_tokens > self.n_ctx:
             raise ContextOverflowError(
@@ -279,32 +326,5 @@ class LlamaBackend:
             )
         self.tokens.extend(chunk)
 
-    def rollback(self, n_past: int) -> None:
-        """Forget everything after the first `n_past` tokens."""
-        if n_past < self.n_past:
-            self._lib.llama_memory_seq_rm(self._memory, 0, n_past, -1)
-            del self.tokens[n_past:]
-
-    def common_prefix(self, tokens: Sequence[int]) -> int:
-        n = 0
-        for mine, theirs in zip(self.tokens, tokens):
-            if mine != theirs:
-                break
-            n += 1
-        return n
-
-    def sync(self, tokens: Sequence[int], logits_at_last: bool = False) -> np.ndarray | None:
-        """Make the context hold exactly `tokens`, reusing the common prefix.
-
-        With `logits_at_last`, returns the logits after the last token (re-evaluating it if it
-        was already in the cache, since llama.cpp keeps no logits for old positions).
-        """
-        keep = self.common_prefix(tokens)
-        if logits_at_last and keep == len(tokens):
-            keep -= 1
-        self.rollback(keep)
-        rest = list(tokens[keep:])
-        if not logits_at_last:
-            self.decode(rest)
-            return None
-        return self.decode(rest, [len(rest) - 1])[0]
+    def _forget(self, n_past: int) -> None:
+        self._lib.llama_memory_seq_rm(self._memory, 0, n_past, -1)

@@ -1,7 +1,8 @@
 """A fake backend for unit tests of the loop logic: a Markov chain over a small vocabulary.
 
 logits(next | previous token) = log(table[previous]); the bookkeeping (tokens, rollback, sync)
-behaves as the real backend's. Real-model tests live beside these; this never replaces them.
+is the real backend's own (EvaluatedTokens). Real-model tests live beside these; this never
+replaces them.
 """
 
 from __future__ import annotations
@@ -10,8 +11,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from specllama.backend import EvaluatedTokens
 
-class MarkovBackend:
+
+class MarkovBackend(EvaluatedTokens):
     def __init__(self, table: np.ndarray, n_ctx: int = 512, eog: int | None = None) -> None:
         self.table = np.asarray(table, dtype=np.float64)
         self.n_vocab = self.table.shape[1]
@@ -21,10 +24,6 @@ class MarkovBackend:
         self.decode_seconds = 0.0
         self.n_decoded = 0
         self.batch_sizes: list[int] = []
-
-    @property
-    def n_past(self) -> int:
-        return len(self.tokens)
 
     def is_eog(self, token: int) -> bool:
         return token == self.eog
@@ -38,27 +37,8 @@ class MarkovBackend:
             logits = np.log(self.table[list(tokens)])
         return logits[list(logits_at)].astype(np.float32) if len(logits_at) else logits[:0]
 
-    def rollback(self, n_past: int) -> None:
-        del self.tokens[n_past:]
-
-    def common_prefix(self, tokens: Sequence[int]) -> int:
-        n = 0
-        for mine, theirs in zip(self.tokens, tokens):
-            if mine != theirs:
-                break
-            n += 1
-        return n
-
-    def sync(self, tokens: Sequence[int], logits_at_last: bool = False) -> np.ndarray | None:
-        keep = self.common_prefix(tokens)
-        if logits_at_last and keep == len(tokens):
-            keep -= 1
-        self.rollback(keep)
-        rest = list(tokens[keep:])
-        if not logits_at_last:
-            self.decode(rest)
-            return None
-        return self.decode(rest, [len(rest) - 1])[0]
+    def _forget(self, n_past: int) -> None:
+        pass  # no cache beyond the token record, which EvaluatedTokens trims
 
 
 def random_table(n_vocab: int, rng: np.random.Generator, concentration: float = 1.0) -> np.ndarray:

@@ -18,7 +18,9 @@ GREEDY = SamplingParams(temperature=0.0)
 SAMPLED = SamplingParams(temperature=1.0, top_k=0)
 
 
-def run(target, drafter, prompt, params=GREEDY, k=3, max_tokens=20, seed=0):
+def run(target, drafter, prompt, params=GREEDY, k=3, max_tokens=20, rng=None):
+    """All events of one generation with a fixed draft length, and the emitted tokens."""
+    rng = rng if rng is not None else np.random.default_rng(0)
     events = list(
         generate(
             target,
@@ -27,7 +29,7 @@ def run(target, drafter, prompt, params=GREEDY, k=3, max_tokens=20, seed=0):
             params,
             max_tokens=max_tokens,
             controller=FixedLength(k),
-            rng=np.random.default_rng(seed),
+            rng=rng,
         )
     )
     tokens = [e.token for e in events if isinstance(e, TokenEvent)]
@@ -160,26 +162,11 @@ def first_two_tokens_counts(verify_fn, n_draws: int = 12_000):
     drafter = DraftModelDrafter(draft_model)
     counts = np.zeros((8, 8))
     sample_rng = np.random.default_rng(123)
-    original = speculative.verify
-    speculative.verify = verify_fn
-    try:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(speculative, "verify", verify_fn)
         for _ in range(n_draws):
-            tokens = [
-                e.token
-                for e in generate(
-                    target,
-                    drafter,
-                    [0],
-                    SAMPLED,
-                    max_tokens=2,
-                    controller=FixedLength(3),
-                    rng=sample_rng,
-                )
-                if isinstance(e, TokenEvent)
-            ]
+            tokens, _ = run(target, drafter, [0], SAMPLED, k=3, max_tokens=2, rng=sample_rng)
             counts[tokens[0], tokens[1]] += 1
-    finally:
-        speculative.verify = original
     expected = p_table[0][:, None] * p_table  # P(t1) * P(t2 | t1)
     return counts, expected
 
@@ -196,19 +183,7 @@ def test_sampled_tokens_follow_the_target_distribution(k):
     for _ in range(16_000):
         # One round drafts k tokens; count the (k+1)-th emitted token, whichever path made it
         # (accepted draft, residual after a rejection, or the bonus token).
-        tokens = [
-            e.token
-            for e in generate(
-                target,
-                drafter,
-                [0],
-                SAMPLED,
-                max_tokens=k + 1,
-                controller=FixedLength(k),
-                rng=sample_rng,
-            )
-            if isinstance(e, TokenEvent)
-        ]
+        tokens, _ = run(target, drafter, [0], SAMPLED, k=k, max_tokens=k + 1, rng=sample_rng)
         counts[tokens[-1]] += 1
     # Its marginal under the target chain alone: p0 @ P^k
     marginal = p_table[0] @ np.linalg.matrix_power(p_table, k)
@@ -256,18 +231,7 @@ def test_deterministic_draft_keeps_the_target_distribution():
     sample_rng = np.random.default_rng(3)
     prompt = [0, 5, 0]  # the n-gram drafter proposes 5 after 0
     for _ in range(12_000):
-        tokens = [
-            e.token
-            for e in generate(
-                target,
-                NgramDrafter(ngram_max=1),
-                prompt,
-                SAMPLED,
-                max_tokens=2,
-                controller=FixedLength(2),
-                rng=sample_rng,
-            )
-            if isinstance(e, TokenEvent)
-        ]
+        drafter = NgramDrafter(ngram_max=1)
+        tokens, _ = run(target, drafter, prompt, SAMPLED, k=2, max_tokens=2, rng=sample_rng)
         counts[tokens[0]] += 1
     assert chi_square(counts, p_table[0]) < CHI2_CRITICAL_P001[7]
