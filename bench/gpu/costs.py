@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from specllama.backend import LlamaBackend, build_facts
-from specllama.controller import FixedLength
+from specllama.controller import FixedLength, expected_tokens
 from specllama.drafters import DraftModelDrafter, NoDrafter
 from specllama.sampling import SamplingParams
 from specllama.speculative import FinishEvent, generate
@@ -57,7 +57,8 @@ def loop_run(target, drafter, prompt, params, k, n_tokens=128) -> dict[str, floa
 
 
 def expected_speedup(a: float, k: int, costs: dict) -> float:
-    tokens = (1 - a ** (k + 1)) / (1 - a)
+    """The controller's model (controller.expected_tokens) applied to the measured costs."""
+    tokens = expected_tokens(a, k)
     round_ms = k * costs["draft_ms"] + costs["verify_ms"][k + 1] + costs["overhead_ms"]
     return tokens * costs["verify_ms"][1] / round_ms
 
