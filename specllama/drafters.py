@@ -14,14 +14,14 @@ from typing import Protocol
 import numpy as np
 
 from specllama.backend import LlamaBackend
-from specllama.sampling import SamplingParams, argmax, probabilities, sample
+from specllama.sampling import Distribution, SamplingParams, argmax, probabilities, sample
 
 
 @dataclass
 class Draft:
     tokens: list[int] = field(default_factory=list)
     # q[i]: the draft's distribution for tokens[i]; None when the guess was deterministic.
-    q: list[np.ndarray] | None = None
+    q: list[Distribution] | None = None
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -123,7 +123,7 @@ class DraftModelDrafter:
 
     def _choose(
         self, logits: np.ndarray, params: SamplingParams, rng: np.random.Generator, p_min: float
-    ) -> tuple[int | None, np.ndarray | None]:
+    ) -> tuple[int | None, Distribution | None]:
         """The next draft token and its q, or None when the draft is not confident enough."""
         if params.greedy:
             token = argmax(logits)

@@ -2,7 +2,8 @@
 
 One transform (temperature, top-k, top-p, min-p) serves both models: the lossless rejection rule
 needs the draft's q and the target's p computed the *same* way. Vocabularies are large
-(151,936 tokens for Qwen), so top-k uses argpartition and the nucleus is sorted only within it.
+(151,936 tokens for Qwen), so top-k avoids a full partition, the nucleus is sorted only within
+it, and distributions are kept sparse.
 """
 
 from __future__ import annotations
@@ -43,8 +44,44 @@ def make_rng(params: SamplingParams) -> np.random.Generator:
     return np.random.default_rng(params.seed)
 
 
-def probabilities(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
-    """The distribution the sampler draws from: a dense float64 vector over the vocabulary.
+@dataclass(frozen=True)
+class Distribution:
+    """Probabilities over a vocabulary, stored only where they are non-zero.
+
+    After top-k the support is a few dozen tokens out of ~150,000: sampling from it, looking up
+    p(x) and forming the residual cost microseconds instead of passes over the vocabulary.
+    `ids` is sorted and unique; `probs` sums to 1.
+    """
+
+    ids: np.ndarray
+    probs: np.ndarray
+
+    @classmethod
+    def one_hot(cls, token: int) -> Distribution:
+        """A deterministic guess (greedy draft, n-gram): q(token) = 1."""
+        return cls(np.array([token]), np.array([1.0]))
+
+    def __getitem__(self, token: int) -> float:
+        at = int(np.searchsorted(self.ids, token))
+        return float(self.probs[at]) if at < len(self.ids) and self.ids[at] == token else 0.0
+
+    def max(self) -> float:
+        return float(self.probs.max())
+
+    def on(self, ids: np.ndarray) -> np.ndarray:
+        """The probabilities of `ids` (sorted), zero where outside the support."""
+        values = np.zeros(len(ids))
+        values[np.searchsorted(ids, self.ids)] = self.probs
+        return values
+
+    def dense(self, n_vocab: int) -> np.ndarray:
+        values = np.zeros(n_vocab)
+        values[self.ids] = self.probs
+        return values
+
+
+def probabilities(logits: np.ndarray, params: SamplingParams) -> Distribution:
+    """The distribution the sampler draws from.
 
     Order (as llama.cpp's default chain): top-k on logits, temperature, softmax, top-p, min-p.
     Tokens cut by a filter get probability exactly 0, so p and q share the same support rules.
@@ -52,7 +89,7 @@ def probabilities(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
     logits = np.asarray(logits)
     n_vocab = logits.shape[-1]
     if params.top_k and params.top_k < n_vocab:
-        kept = top_k_indices(logits, params.top_k)
+        kept = np.sort(top_k_indices(logits, params.top_k))
     else:
         kept = np.arange(n_vocab)
     scaled = logits[kept].astype(np.float64) / params.temperature
@@ -65,15 +102,11 @@ def probabilities(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
         cumulative = np.cumsum(probs[order])
         # Keep the smallest prefix whose mass reaches top_p (always at least one token).
         n_keep = int(np.searchsorted(cumulative, params.top_p)) + 1
-        drop = order[n_keep:]
-        probs[drop] = 0.0
+        probs[order[n_keep:]] = 0.0
     if params.min_p > 0.0:
         probs[probs < params.min_p * probs.max()] = 0.0
-    probs /= probs.sum()
-
-    dense = np.zeros(n_vocab, dtype=np.float64)
-    dense[kept] = probs
-    return dense
+    support = probs > 0
+    return Distribution(kept[support], probs[support] / probs[support].sum())
 
 
 def top_k_indices(logits: np.ndarray, k: int) -> np.ndarray:
@@ -97,24 +130,26 @@ def top_k_indices(logits: np.ndarray, k: int) -> np.ndarray:
     return np.argpartition(logits, n - k)[n - k :]
 
 
-def sample(probs: np.ndarray, rng: np.random.Generator) -> int:
-    """Draw one token id from a probability vector (inverse CDF over its non-zero entries:
-    after top-k that is a few dozen, not the whole vocabulary)."""
-    support = np.flatnonzero(probs)
-    cumulative = np.cumsum(probs[support])
+def sample(dist: Distribution, rng: np.random.Generator) -> int:
+    """Draw one token id (inverse CDF: one uniform, one search)."""
+    cumulative = np.cumsum(dist.probs)
     u = rng.random() * cumulative[-1]
-    return int(support[min(np.searchsorted(cumulative, u, side="right"), len(support) - 1)])
+    return int(dist.ids[min(np.searchsorted(cumulative, u, side="right"), len(dist.ids) - 1)])
 
 
-def residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+def residual(p: Distribution, q: Distribution) -> Distribution:
     """norm(max(p - q, 0)): where to sample after the target rejects a draft token.
 
-    If p == q everywhere the residual is empty; that can only happen when the rejection had
+    If p <= q everywhere the residual is empty; that can only happen when the rejection had
     probability 0, so fall back to p itself.
     """
-    diff = np.maximum(p - q, 0.0)
+    ids = np.union1d(p.ids, q.ids)
+    diff = np.maximum(p.on(ids) - q.on(ids), 0.0)
     total = diff.sum()
-    return diff / total if total > 0 else p
+    if total <= 0:
+        return p
+    support = diff > 0
+    return Distribution(ids[support], diff[support] / total)
 
 
 def argmax(logits: np.ndarray) -> int:

@@ -26,7 +26,15 @@ from specllama.backend import LlamaBackend
 from specllama.controller import DraftController, FixedLength
 from specllama.drafters import Draft, Drafter
 from specllama.errors import ContextOverflowError, UsageError
-from specllama.sampling import SamplingParams, argmax, make_rng, probabilities, residual, sample
+from specllama.sampling import (
+    Distribution,
+    SamplingParams,
+    argmax,
+    make_rng,
+    probabilities,
+    residual,
+    sample,
+)
 from specllama.stats import GenerationStats
 
 
@@ -69,18 +77,11 @@ def verify(rows: np.ndarray, draft: Draft, params: SamplingParams, rng: np.rando
 
     for i, x in enumerate(draft.tokens):
         p = probabilities(rows[i], params)
-        q_x = draft.q[i][x] if draft.q is not None else 1.0
-        if rng.random() < min(1.0, p[x] / q_x):
+        q = draft.q[i] if draft.q is not None else Distribution.one_hot(x)
+        if rng.random() < min(1.0, p[x] / q[x]):
             continue
-        q = draft.q[i] if draft.q is not None else _one_hot(x, len(p))
         return i, sample(residual(p, q), rng)
     return len(draft), sample(probabilities(rows[len(draft)], params), rng)
-
-
-def _one_hot(token: int, size: int) -> np.ndarray:
-    q = np.zeros(size)
-    q[token] = 1.0
-    return q
 
 
 def generate(

@@ -6,55 +6,73 @@ import numpy as np
 import pytest
 
 from specllama.errors import UsageError
-from specllama.sampling import SamplingParams, probabilities, residual, sample, top_k_indices
+from specllama.sampling import (
+    Distribution,
+    SamplingParams,
+    probabilities,
+    residual,
+    sample,
+    top_k_indices,
+)
 
 LOGITS = np.log(np.array([0.5, 0.25, 0.125, 0.0625, 0.0625]))
 
 
+def dense(logits, params):
+    return probabilities(logits, params).dense(len(logits))
+
+
 def test_temperature_one_without_filters_is_the_softmax():
-    probs = probabilities(LOGITS, SamplingParams(temperature=1.0, top_k=0))
+    probs = dense(LOGITS, SamplingParams(temperature=1.0, top_k=0))
     np.testing.assert_allclose(probs, [0.5, 0.25, 0.125, 0.0625, 0.0625])
 
 
 def test_low_temperature_sharpens():
-    probs = probabilities(LOGITS, SamplingParams(temperature=0.5, top_k=0))
+    probs = dense(LOGITS, SamplingParams(temperature=0.5, top_k=0))
     assert probs[0] > 0.5 and probs.sum() == pytest.approx(1.0)
 
 
 def test_top_k_keeps_the_k_likeliest():
-    probs = probabilities(LOGITS, SamplingParams(temperature=1.0, top_k=2))
+    probs = dense(LOGITS, SamplingParams(temperature=1.0, top_k=2))
     np.testing.assert_allclose(probs, [2 / 3, 1 / 3, 0, 0, 0])
 
 
 def test_top_p_keeps_the_smallest_prefix_reaching_p():
-    probs = probabilities(LOGITS, SamplingParams(temperature=1.0, top_k=0, top_p=0.7))
+    probs = dense(LOGITS, SamplingParams(temperature=1.0, top_k=0, top_p=0.7))
     np.testing.assert_allclose(probs, [2 / 3, 1 / 3, 0, 0, 0])
 
 
 def test_min_p_drops_tokens_below_a_share_of_the_top():
-    probs = probabilities(LOGITS, SamplingParams(temperature=1.0, top_k=0, min_p=0.2))
+    probs = dense(LOGITS, SamplingParams(temperature=1.0, top_k=0, min_p=0.2))
     np.testing.assert_allclose(probs, [4 / 7, 2 / 7, 1 / 7, 0, 0])
 
 
 def test_large_vocabulary_top_k_is_exact():
     logits = np.random.default_rng(0).normal(size=151_936).astype(np.float32)
-    probs = probabilities(logits, SamplingParams(temperature=0.7, top_k=40))
+    probs = dense(logits, SamplingParams(temperature=0.7, top_k=40))
     assert np.count_nonzero(probs) == 40
     assert set(np.flatnonzero(probs)) == set(np.argsort(logits)[-40:])
 
 
 def test_sample_frequencies_match_the_probabilities():
-    probs = np.array([0.1, 0.2, 0.3, 0.4])
+    probs = Distribution(np.array([2, 5, 7, 9]), np.array([0.1, 0.2, 0.3, 0.4]))
     rng = np.random.default_rng(5)
-    counts = np.bincount([sample(probs, rng) for _ in range(20_000)], minlength=4)
-    expected = probs * 20_000
+    counts = np.bincount([sample(probs, rng) for _ in range(20_000)], minlength=10)[probs.ids]
+    expected = probs.probs * 20_000
     assert (((counts - expected) ** 2) / expected).sum() < 16.27  # chi-square, 3 df, p=0.001
 
 
-def test_residual_is_the_normalised_positive_part():
-    p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.6, 0.2])
-    np.testing.assert_allclose(residual(p, q), [1.0, 0.0, 0.0])
-    np.testing.assert_allclose(residual(p, p), p)
+def test_residual_is_the_normalised_positive_part_over_both_supports():
+    p = Distribution(np.array([1, 4, 6]), np.array([0.5, 0.3, 0.2]))
+    q = Distribution(np.array([4, 6, 8]), np.array([0.2, 0.2, 0.6]))
+    np.testing.assert_allclose(residual(p, q).dense(10), [0, 5 / 6, 0, 0, 1 / 6, 0, 0, 0, 0, 0])
+    assert residual(p, p) is p
+
+
+def test_lookup_outside_the_support_is_zero():
+    p = Distribution(np.array([3, 8]), np.array([0.25, 0.75]))
+    assert (p[3], p[8], p[0], p[5], p[9]) == (0.25, 0.75, 0.0, 0.0, 0.0)
+    assert Distribution.one_hot(7)[7] == 1.0
 
 
 @pytest.mark.parametrize(
