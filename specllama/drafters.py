@@ -89,10 +89,8 @@ class DraftModelDrafter:
         self.min_confidence = min_confidence
 
     def sources(self, context: Sequence[int]) -> list[tuple[str, int]]:
-        n_past = self.model.n_past
-        if self.model.tokens != list(context[:n_past]):
-            n_past = self.model.common_prefix(context)
-        return [("model", len(context) - n_past)]
+        """("model", backlog): the tokens it must evaluate before it can draft."""
+        return [("model", len(context) - self.model.common_prefix(context))]
 
     def propose(
         self,
