@@ -273,6 +273,10 @@ def run(
     if json_out and jsonl_out:
         raise UsageError("--json and --jsonl exclude each other: pick one")
     params = SamplingParams(temperature, top_k, top_p, min_p, seed)
+    # Every check of the user's input before anything is downloaded or loaded.
+    text = read_prompt(prompt)
+    if max_tokens < 1:
+        raise UsageError(f"--max-tokens must be at least 1, got {max_tokens}")
     config = engine_config(
         pair=pair,
         target=target,
@@ -285,9 +289,6 @@ def run(
         threads=threads,
         adaptive=adaptive,
     )
-    text = read_prompt(prompt)
-    if max_tokens < 1:
-        raise UsageError(f"--max-tokens must be at least 1, got {max_tokens}")
     messages = [Message("system", system)] if system else []
     messages.append(Message("user", text))
 

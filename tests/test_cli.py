@@ -134,3 +134,13 @@ def test_doctor_shows_the_calibration_that_an_adaptive_run_measured(smol_q4, tmp
     assert [c["target"] for c in data["calibrations"]] == [str(smol_q4)]
     table = CliRunner().invoke(app, ["doctor"]).stdout
     assert "calibration" in table and "target 1 token" in table
+
+
+def test_bad_input_is_refused_before_any_download(tmp_path, monkeypatch):
+    """With an empty model cache and no network, an empty prompt is still a usage error,
+    not a download attempt."""
+    monkeypatch.setenv("SPECLLAMA_CACHE", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert_one_line_error(invoke(input=""), 2, "prompt is empty")
+    assert_one_line_error(invoke("hi", "-n", "0"), 2, "--max-tokens must be at least 1")
+    assert list(tmp_path.iterdir()) == []
