@@ -25,7 +25,7 @@ from specllama.drafters import NoDrafter
 from specllama.errors import SpecllamaError, UsageError
 from specllama.hardware import default_gpu_layers, doctor_report, pair_rows
 from specllama.sampling import SamplingParams
-from specllama.session import DRAFTERS, Engine, EngineConfig
+from specllama.session import Engine, EngineConfig, check_draft_max, check_drafter
 from specllama.speculative import FinishEvent, TokenEvent
 from specllama.ui_catalog import ProgressFor, download_progress
 
@@ -185,10 +185,10 @@ def engine_config(
     adaptive: bool = True,
 ) -> EngineConfig:
     """The command-line model options -> what the Engine loads (validated before any download)."""
-    if drafter is not None and drafter not in DRAFTERS:
-        raise UsageError(f"unknown drafter {drafter!r}: choose one of {', '.join(DRAFTERS)}")
-    if draft_max is not None and draft_max < 1:
-        raise UsageError(f"--draft-max must be at least 1, got {draft_max}")
+    if drafter is not None:
+        check_drafter(drafter)
+    if draft_max is not None:
+        check_draft_max(draft_max)
     target_path, draft_path, chosen = resolve_models(pair, target, draft)
     if drafter is None:
         drafter = chosen.drafter if chosen else ("model" if draft_path else "ngram")
@@ -216,6 +216,11 @@ def calibrate_with_notice(engine: Engine) -> None:
                 "[dim]measuring this machine's decode costs (once per model pair)…[/dim]"
             )
         )
+
+
+def check_max_tokens(max_tokens: int) -> None:
+    if max_tokens < 1:
+        raise UsageError(f"--max-tokens must be at least 1, got {max_tokens}")
 
 
 def read_prompt(argument: str | None) -> str:
@@ -275,8 +280,7 @@ def run(
     params = SamplingParams(temperature, top_k, top_p, min_p, seed)
     # Every check of the user's input before anything is downloaded or loaded.
     text = read_prompt(prompt)
-    if max_tokens < 1:
-        raise UsageError(f"--max-tokens must be at least 1, got {max_tokens}")
+    check_max_tokens(max_tokens)
     config = engine_config(
         pair=pair,
         target=target,
@@ -377,8 +381,7 @@ def chat(
         threads=threads,
         adaptive=adaptive,
     )
-    if max_tokens < 1:
-        raise UsageError(f"--max-tokens must be at least 1, got {max_tokens}")
+    check_max_tokens(max_tokens)
     view = ui.ChatView(color=ui.color_wanted(no_color), record=record is not None)
     with ui.stderr_console().status("loading models…"):
         engine = Engine(config)
@@ -484,8 +487,7 @@ def bench(
 
     if plot_file is not None:
         bench_mod.check_plot_support()
-    if max_tokens < 1:
-        raise UsageError(f"--max-tokens must be at least 1, got {max_tokens}")
+    check_max_tokens(max_tokens)
     chosen = bench_mod.load_prompts(prompts)
     if category:
         known = {p.category for p in chosen}

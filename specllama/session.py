@@ -12,6 +12,7 @@ from pathlib import Path
 
 from specllama import calibration
 from specllama.backend import LlamaBackend, build_facts, default_threads
+from specllama.catalog import DRAFTERS
 from specllama.chat import Message, plain_prompt, render_chat
 from specllama.compat import check_compatible
 from specllama.controller import AdaptiveController, Costs, DraftController, FixedLength
@@ -27,7 +28,15 @@ from specllama.errors import UsageError
 from specllama.sampling import SamplingParams, make_rng
 from specllama.speculative import Event, generate
 
-DRAFTERS = ("model", "ngram", "none")
+
+def check_drafter(name: str) -> None:
+    if name not in DRAFTERS:
+        raise UsageError(f"unknown drafter {name!r}: choose one of {', '.join(DRAFTERS)}")
+
+
+def check_draft_max(draft_max: int) -> None:
+    if draft_max < 1:
+        raise UsageError(f"--draft-max must be at least 1, got {draft_max}")
 
 
 @dataclass(frozen=True)
@@ -45,12 +54,8 @@ class EngineConfig:
     adaptive: bool = True
 
     def __post_init__(self) -> None:
-        if self.drafter not in DRAFTERS:
-            raise UsageError(
-                f"unknown drafter {self.drafter!r}: choose one of {', '.join(DRAFTERS)}"
-            )
-        if self.draft_max < 1:
-            raise UsageError(f"--draft-max must be at least 1, got {self.draft_max}")
+        check_drafter(self.drafter)
+        check_draft_max(self.draft_max)
         if self.n_ctx < 16:
             raise UsageError(f"--ctx must be at least 16, got {self.n_ctx}")
         if self.drafter == "model" and self.draft is None:
@@ -93,8 +98,7 @@ class Engine:
         return NoDrafter()
 
     def use_drafter(self, name: str) -> None:
-        if name not in DRAFTERS:
-            raise UsageError(f"unknown drafter {name!r}: choose one of {', '.join(DRAFTERS)}")
+        check_drafter(name)
         self.drafter = self._make_drafter(name)
 
     def close(self) -> None:
