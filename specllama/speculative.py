@@ -84,6 +84,15 @@ def verify(rows: np.ndarray, draft: Draft, params: SamplingParams, rng: np.rando
     return len(draft), sample(probabilities(rows[len(draft)], params), rng)
 
 
+def check_prompt_fits(prompt: Sequence[int], n_ctx: int) -> None:
+    """The prompt plus at least one generated token must fit in the context."""
+    if len(prompt) >= n_ctx:
+        raise ContextOverflowError(
+            f"the prompt has {len(prompt)} tokens and the context holds {n_ctx}",
+            hint="use a shorter prompt or a larger --ctx",
+        )
+
+
 def generate(
     target: LlamaBackend,
     drafter: Drafter,
@@ -101,11 +110,7 @@ def generate(
         raise UsageError("the prompt is empty")
     if max_tokens < 1:
         raise UsageError(f"max tokens must be at least 1, got {max_tokens}")
-    if len(prompt) >= target.n_ctx:
-        raise ContextOverflowError(
-            f"the prompt has {len(prompt)} tokens and the context holds {target.n_ctx}",
-            hint="use a shorter prompt or a larger --ctx",
-        )
+    check_prompt_fits(prompt, target.n_ctx)
     controller = controller or FixedLength(0)
     rng = rng if rng is not None else make_rng(params)
     context = list(prompt)
