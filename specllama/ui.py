@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import os
 import sys
 import time
@@ -48,6 +49,31 @@ def print_error(message: str, hint: str | None = None, console: Console | None =
     if hint:
         line.append(f" (hint: {hint})", style="dim")
     (console or stderr_console()).print(line, soft_wrap=True)
+
+
+def print_warning(message: str, console: Console | None = None) -> None:
+    line = Text.assemble(("warning: ", "bold yellow"), (message, "yellow"))
+    (console or stderr_console()).print(line, soft_wrap=True)
+
+
+class EngineMessages(logging.Handler):
+    """What the layers below say on the `specllama` logger, one line each on stderr: warnings
+    always, notices (info: "probing once…") only on a terminal, like progress bars."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.levelno >= logging.WARNING:
+            print_warning(record.getMessage())
+        elif sys.stderr.isatty():
+            stderr_console().print(Text(record.getMessage(), style="dim"), soft_wrap=True)
+
+
+def show_engine_messages() -> None:
+    """Route the `specllama` logger to stderr (once per process)."""
+    logger = logging.getLogger("specllama")
+    if not any(isinstance(h, EngineMessages) for h in logger.handlers):
+        logger.addHandler(EngineMessages(logging.INFO))
+        if logger.level == logging.NOTSET or logger.level > logging.INFO:
+            logger.setLevel(logging.INFO)
 
 
 def write_text(text: str) -> None:
