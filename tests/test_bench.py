@@ -175,9 +175,11 @@ def test_duplicate_ids_and_empty_files_are_refused(tmp_path):
 
 
 def test_configurations():
-    configs = bench.parse_configs("model:2, ngram:8,adaptive", has_draft=True, draft_max=4)
+    configs = bench.parse_configs(
+        "model:2, ngram:8,adaptive", has_draft=True, draft_max=4, adaptive_draft_max=12
+    )
     assert [c.name for c in configs] == ["target", "model:2", "ngram:8", "adaptive"]
-    assert configs[-1] == BenchConfig("adaptive", "combined", 4, True)
+    assert configs[-1] == BenchConfig("adaptive", "combined", 12, True)
     assert bench.parse_configs("adaptive", has_draft=False, draft_max=4)[1].drafter == "ngram"
     assert [c.name for c in bench.parse_configs("model", has_draft=True, draft_max=3)] == [
         "target",
