@@ -1,0 +1,212 @@
+"""One generation at a time, in arrival order, on a worker thread that owns the engine.
+
+The models have one context each, so requests take turns: `GenerationQueue.submit` queues a
+Job (or refuses it when too many wait), the worker thread runs it and hands its text pieces to
+the job's asyncio queue. Cancelling a job (its client went away) drops it if it is still
+waiting, or stops its generation at the next event: closing the loop's generator rolls both
+contexts back to what was emitted, so the next request starts from a consistent cache.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import queue
+import threading
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+
+from specllama.sampling import SamplingParams
+from specllama.session import Engine
+from specllama.speculative import FinishEvent, RoundEvent, TokenEvent
+from specllama.stats import GenerationStats, LiveCounter
+from specllama.stops import StopMatcher
+
+log = logging.getLogger("specllama.server")
+
+# The loop's finish reasons -> OpenAI's: a full context is a length limit too.
+FINISH_REASONS = {"stop": "stop", "stop_string": "stop", "length": "length", "context": "length"}
+
+
+class QueueFull(Exception):
+    pass
+
+
+class Cancelled(Exception):
+    """The job's client went away, or the server is stopping."""
+
+
+@dataclass(frozen=True)
+class Work:
+    """One generation: prompt tokens and how to continue them."""
+
+    prompt: list[int]
+    params: SamplingParams
+    max_tokens: int
+    stop: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Text:
+    text: str
+
+
+@dataclass(frozen=True)
+class Done:
+    stats: GenerationStats  # finish_reason: "stop", "stop_string", "length" or "context"
+    n_prompt_reused: int  # prompt tokens found in the target's KV cache
+
+    @property
+    def finish_reason(self) -> str:
+        return FINISH_REASONS[self.stats.finish_reason]
+
+
+@dataclass(frozen=True)
+class Failed:
+    error: Exception
+
+
+Output = Text | Done | Failed
+
+
+class Job:
+    """A queued or running generation, and the outputs it has produced so far."""
+
+    def __init__(self, work: Work) -> None:
+        self.work = work
+        self.state = "waiting"  # -> "running" -> "done", or "cancelled"
+        self.cancelled = threading.Event()
+        self._loop = asyncio.get_running_loop()
+        self._outputs: asyncio.Queue[Output] = asyncio.Queue()
+
+    def emit(self, output: Output) -> None:
+        """From the worker thread: hand an output to the request's event loop."""
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the server is stopping
+            self._loop.call_soon_threadsafe(self._outputs.put_nowait, output)
+
+    async def outputs(self) -> AsyncIterator[Output]:
+        """Text pieces, then Done or Failed (Failed(Cancelled()) once cancelled)."""
+        while True:
+            output = await self._outputs.get()
+            yield output
+            if not isinstance(output, Text):
+                return
+
+
+class GenerationQueue:
+    def __init__(self, engine: Engine, *, max_waiting: int) -> None:
+        self._engine = engine
+        self._max_waiting = max_waiting
+        self._jobs: queue.Queue[Job | None] = queue.Queue()
+        self._lock = threading.Lock()  # guards the counts and each job's state
+        self.waiting = 0
+        self.running: Job | None = None
+        self._thread = threading.Thread(target=self._work, name="specllama-generation", daemon=True)
+        self._thread.start()
+
+    def submit(self, job: Job) -> None:
+        """Queue `job`, or raise QueueFull when `max_waiting` jobs already wait their turn."""
+        with self._lock:
+            # When nothing runs, the newest job starts at once rather than waiting.
+            if self.waiting >= self._max_waiting + (self.running is None):
+                raise QueueFull
+            self.waiting += 1
+        self._jobs.put(job)
+
+    def cancel(self, job: Job) -> None:
+        """The client went away (or the response is complete: then this does nothing)."""
+        with self._lock:
+            self._cancel(job)
+
+    def cancel_all(self) -> None:
+        """The server is stopping. Each job ends with Failed(Cancelled()), so its response
+        ends by itself."""
+        with self._lock:
+            for job in [*self._jobs.queue, self.running]:
+                if job is not None:
+                    self._cancel(job)
+
+    def _cancel(self, job: Job) -> None:
+        """Drop a waiting job; stop a running one at its next event. Holds the lock."""
+        if job.state == "waiting":
+            job.state = "cancelled"
+            self.waiting -= 1
+            job.emit(Failed(Cancelled()))
+        elif job.state == "running":
+            job.cancelled.set()
+
+    def close(self) -> None:
+        """Cancel everything and wait for the worker to finish: the engine must not be freed
+        under it."""
+        self.cancel_all()
+        self._jobs.put(None)
+        self._thread.join()
+
+    def _work(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            with self._lock:
+                if job.state == "cancelled":
+                    continue
+                job.state = "running"
+                self.waiting -= 1
+                self.running = job
+            try:
+                self._run(job)
+            finally:
+                with self._lock:
+                    job.state = "done"
+                    self.running = None
+
+    def _run(self, job: Job) -> None:
+        try:
+            output: Output | None = None
+            for output in answer(self._engine, job.work, job.cancelled):
+                job.emit(output)
+            if not isinstance(output, Done):
+                job.emit(Failed(Cancelled()))
+        except Exception as exc:
+            job.emit(Failed(exc))
+            # Whatever half-done state the failure left, the next request starts clean.
+            for model in (self._engine.target, self._engine.draft_model):
+                if model is not None:
+                    model.rollback(0)
+
+
+def answer(engine: Engine, work: Work, cancelled: threading.Event) -> Iterator[Output]:
+    """Run one generation: text pieces (stop strings cut out), then Done. Returns early, with
+    both contexts rolled back to what was emitted, once `cancelled` is set."""
+    reused = min(engine.target.common_prefix(work.prompt), len(work.prompt) - 1)
+    text = engine.target_text_stream()
+    stops = StopMatcher(work.stop)
+    counter = LiveCounter(engine.drafter.name)  # the stats when a stop string ends it early
+    finish: FinishEvent | None = None
+    events = engine.generate(work.prompt, work.params, max_tokens=work.max_tokens)
+    try:
+        for event in events:
+            if cancelled.is_set():
+                log.info("cancelled after %d tokens", counter.stats.n_generated)
+                return
+            if isinstance(event, TokenEvent):
+                counter.on_token()
+                if piece := stops.feed(text.feed(event.token)):
+                    yield Text(piece)
+                if stops.stopped:
+                    break
+            elif isinstance(event, RoundEvent):
+                counter.on_round(event.n_drafted, event.n_accepted, event.draft_s, event.target_s)
+            elif isinstance(event, FinishEvent):
+                finish = event
+    finally:
+        events.close()  # stopping early: the generator rolls both contexts back
+
+    if finish is None:  # a stop string ended it
+        stats = counter.snapshot("stop_string")
+    else:
+        stats = finish.stats
+        if tail := stops.feed(text.flush()) + stops.flush():
+            yield Text(tail)
+        if stops.stopped:
+            stats.finish_reason = "stop_string"
+    stats.n_prompt = len(work.prompt)
+    yield Done(stats, reused)
