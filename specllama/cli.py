@@ -422,3 +422,4 @@ def serve(
         ui.print_serving(f"{server.url_of(sock)}/v1", facts, console)
         ui.show_log(server.log, console)  # a line per answer, and errors
         server.run(engine, settings, sock)
+    console.print("[dim]server stopped[/dim]")

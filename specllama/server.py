@@ -391,7 +391,8 @@ class _Server(uvicorn.Server):
 
 
 def run(engine: Engine, settings: Settings, sock: socket.socket) -> None:
-    """Serve until Ctrl-C (or SIGTERM); the running generation is stopped, never cut mid-call."""
+    """Serve until Ctrl-C or SIGTERM. The running generation stops at its next event, and
+    its response ends with an error chunk (streamed) or a 503."""
     queue = GenerationQueue(engine, max_waiting=settings.max_waiting)
     app = create_app(engine, queue, settings)
     config = uvicorn.Config(
@@ -403,5 +404,7 @@ def run(engine: Engine, settings: Settings, sock: socket.socket) -> None:
     sock.listen()
     try:
         _Server(config, queue).run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass  # uvicorn raises the Ctrl-C it handled again once it has stopped: done
     finally:
         queue.close()  # before the caller frees the models
