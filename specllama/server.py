@@ -152,6 +152,8 @@ class Api:
     ) -> Response:
         asked = parse(parse_json(await _read_body(request, self.settings.max_body_bytes)))
         self._check_model(asked.model)
+        if self.queue.full():  # refused before the work of tokenising (submit checks again)
+            raise self._busy()
         # Tokenising a long prompt takes a while: off the event loop, beside the generation
         # (the vocabulary is read-only, so the worker thread may decode meanwhile).
         prompt = await run_in_threadpool(self._prompt_tokens, asked)
@@ -160,19 +162,22 @@ class Api:
         try:
             self.queue.submit(job)
         except QueueFull:
-            raise ApiError(
-                503,
-                f"The server is busy: {self.settings.max_waiting} requests are already waiting "
-                "(one generation runs at a time). Retry shortly.",
-                code="server_busy",
-                headers={"Retry-After": str(RETRY_AFTER_S)},
-            ) from None
+            raise self._busy() from None
         shape = Shape(kind, self.settings.model_id, include_usage=asked.include_usage)
         if asked.stream:
             return StreamingResponse(
                 self._stream(job, shape), media_type="text/event-stream", headers=SSE_HEADERS
             )
         return JSONResponse(await self._collect(request, job, shape))
+
+    def _busy(self) -> ApiError:
+        return ApiError(
+            503,
+            "The server is busy: it runs one generation at a time, and the queue of requests "
+            f"waiting for their turn (--queue {self.settings.max_waiting}) is full. Retry shortly.",
+            code="server_busy",
+            headers={"Retry-After": str(RETRY_AFTER_S)},
+        )
 
     def _prompt_tokens(self, asked: GenerationRequest) -> list[int]:
         try:
@@ -256,7 +261,8 @@ class Api:
 
 
 def _same(given: str, expected: str) -> bool:
-    return hmac.compare_digest(given.encode(), expected.encode())
+    # Starlette decodes header bytes as latin-1: encoding back gives the bytes as sent.
+    return hmac.compare_digest(given.encode("latin-1"), expected.encode())
 
 
 def _sse(body: dict[str, object]) -> str:

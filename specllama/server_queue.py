@@ -105,11 +105,14 @@ class GenerationQueue:
         self._thread = threading.Thread(target=self._work, name="specllama-generation", daemon=True)
         self._thread.start()
 
+    def full(self) -> bool:
+        # When nothing runs, the newest job starts at once rather than waiting.
+        return self.waiting >= self._max_waiting + (self.running is None)
+
     def submit(self, job: Job) -> None:
         """Queue `job`, or raise QueueFull when `max_waiting` jobs already wait their turn."""
         with self._lock:
-            # When nothing runs, the newest job starts at once rather than waiting.
-            if self.waiting >= self._max_waiting + (self.running is None):
+            if self.full():
                 raise QueueFull
             self.waiting += 1
         self._jobs.put(job)

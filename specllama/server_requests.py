@@ -18,7 +18,9 @@ from specllama.chat import Message
 from specllama.sampling import SamplingParams
 
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # the OpenAI reference's default for /v1/completions
-MAX_STOPS = 32  # OpenAI allows 4; editor plugins send more, and each costs a check per token
+# OpenAI allows 4 stop strings; editor plugins send more. Each costs checks on every token.
+MAX_STOPS = 32
+MAX_STOP_CHARS = 256
 RANDOM_SEED = -1  # llama.cpp's convention for "no seed", which some clients send
 
 
@@ -197,6 +199,13 @@ def _stop(value: str | list[Any] | None) -> tuple[str, ...]:
     for i, stop in enumerate(stops):
         if not isinstance(stop, str):
             raise _invalid_type(f"stop[{i}]", "a string", stop)
+        if len(stop) > MAX_STOP_CHARS:
+            raise ApiError(
+                400,
+                f"A stop string may have at most {MAX_STOP_CHARS} characters.",
+                param=f"stop[{i}]" if isinstance(value, list) else "stop",
+                code="invalid_value",
+            )
     return tuple(stops)
 
 

@@ -34,6 +34,7 @@ from specllama.server import is_loopback
 pytestmark = pytest.mark.slow
 
 KEY = "test-key-123"
+_AUTH = {"Authorization": f"Bearer {KEY}"}
 CTX = 512
 PROMPT = "Name three fruits."
 COUNTING = "1, 2, 3, 4,"  # a text completion that goes on for as long as it is allowed
@@ -326,10 +327,20 @@ def test_beyond_the_queue_limit_503_and_the_queued_request_is_answered(server: S
     assert queued["answer"].choices[0].message.content == reference(PROMPT, 24)[0]
 
 
-def test_a_client_that_disconnects_mid_stream_stops_its_generation(server: Server):
+@pytest.mark.parametrize("streamed", [True, False])
+def test_a_client_that_disconnects_stops_its_generation(server: Server, streamed: bool):
     server.wait_idle()
     cancelled_before = server.log.read_text().count("cancelled after")
-    connection = _start_stream(server, max_tokens=400)
+    if streamed:
+        connection = _start_stream(server, max_tokens=400)
+    else:
+        connection = http.client.HTTPConnection(*server.address, timeout=60)
+        body = {"model": server.model, "prompt": COUNTING, "max_tokens": 400}
+        connection.request("POST", "/v1/completions", json.dumps(body), _AUTH)
+        deadline = time.monotonic() + 30
+        while not server.health()["generating"]:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
     connection.close()
     server.wait_idle(timeout=30)
     lines = re.findall(r"cancelled after (\d+) tokens", server.log.read_text())
@@ -342,9 +353,7 @@ def _start_stream(server: Server, max_tokens: int) -> http.client.HTTPConnection
     """A streaming text completion, read until its first piece of text arrived."""
     connection = http.client.HTTPConnection(*server.address, timeout=60)
     body = {"model": server.model, "prompt": COUNTING, "max_tokens": max_tokens, "stream": True}
-    connection.request(
-        "POST", "/v1/completions", json.dumps(body), {"Authorization": f"Bearer {KEY}"}
-    )
+    connection.request("POST", "/v1/completions", json.dumps(body), _AUTH)
     response = connection.getresponse()
     assert response.status == 200
     while '"text":"' not in response.readline().decode():

@@ -128,6 +128,7 @@ def test_an_unknown_parameter_is_named():
         ({"messages": [{"role": "user"}]}, "messages[0].content", None),
         ({"model": None}, "model", "missing_required_parameter"),
         ({"stream_options": {"include_usage": True}}, "stream_options", "invalid_value"),
+        ({"stop": "x" * 300}, "stop", "invalid_value"),
     ],
 )
 def test_wrong_values_and_types_name_the_parameter(fields, param, code):
