@@ -417,9 +417,13 @@ def serve(
     with console.status("loading models…"):
         engine = Engine(config)
     with engine:
-        calibrate_with_notice(engine)
-        facts = server.startup_facts(engine, settings)
-        ui.print_serving(f"{server.url_of(sock)}/v1", facts, console)
         ui.show_log(server.log, console)  # a line per answer, and errors
-        server.run(engine, settings, sock)
+        url, facts = f"{server.url_of(sock)}/v1", server.startup_facts(engine, settings)
+        server.run(
+            engine,
+            settings,
+            sock,
+            prepare=lambda: calibrate_with_notice(engine),  # on the generation thread
+            on_ready=lambda: ui.print_serving(url, facts, console),
+        )
     console.print("[dim]server stopped[/dim]")

@@ -396,10 +396,20 @@ class _Server(uvicorn.Server):
         await super().shutdown(sockets)
 
 
-def run(engine: Engine, settings: Settings, sock: socket.socket) -> None:
-    """Serve until Ctrl-C or SIGTERM. The running generation stops at its next event, and
-    its response ends with an error chunk (streamed) or a 503."""
-    queue = GenerationQueue(engine, max_waiting=settings.max_waiting)
+def run(
+    engine: Engine,
+    settings: Settings,
+    sock: socket.socket,
+    *,
+    prepare: Callable[[], None] | None = None,
+    on_ready: Callable[[], None] | None = None,
+) -> None:
+    """Serve until Ctrl-C or SIGTERM. `prepare` runs first on the generation thread (see
+    GenerationQueue), then `on_ready`. On Ctrl-C the running generation stops at its next
+    event, and its response ends with an error chunk (streamed) or a 503."""
+    queue = GenerationQueue(engine, max_waiting=settings.max_waiting, prepare=prepare)
+    if on_ready is not None:
+        on_ready()
     app = create_app(engine, queue, settings)
     config = uvicorn.Config(
         app,

@@ -14,7 +14,7 @@ import contextlib
 import logging
 import queue
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 
 from specllama.sampling import SamplingParams
@@ -95,15 +95,32 @@ class Job:
 
 
 class GenerationQueue:
-    def __init__(self, engine: Engine, *, max_waiting: int) -> None:
+    """The worker thread does every llama.cpp computation: `prepare` (measuring the machine's
+    costs) runs there too, before the first job. llama.cpp's CPU threads are an OpenMP team
+    per calling thread, and a second team made the first generation thread's decodes about
+    30% slower on a 2-core machine."""
+
+    def __init__(
+        self, engine: Engine, *, max_waiting: int, prepare: Callable[[], None] | None = None
+    ) -> None:
         self._engine = engine
         self._max_waiting = max_waiting
         self._jobs: queue.Queue[Job | None] = queue.Queue()
         self._lock = threading.Lock()  # guards the counts and each job's state
         self.waiting = 0
         self.running: Job | None = None
+        self._prepare = prepare
+        self._prepared = threading.Event()
+        self._prepare_error: BaseException | None = None
         self._thread = threading.Thread(target=self._work, name="specllama-generation", daemon=True)
         self._thread.start()
+        try:
+            self._prepared.wait()
+        finally:
+            if self._prepare_error is not None or not self._prepared.is_set():
+                self._thread.join()  # interrupted: the engine must not be freed under it
+        if self._prepare_error is not None:
+            raise self._prepare_error
 
     def full(self) -> bool:
         # When nothing runs, the newest job starts at once rather than waiting.
@@ -147,6 +164,14 @@ class GenerationQueue:
         self._thread.join()
 
     def _work(self) -> None:
+        try:
+            if self._prepare is not None:
+                self._prepare()
+        except BaseException as exc:
+            self._prepare_error = exc
+            return
+        finally:
+            self._prepared.set()
         while (job := self._jobs.get()) is not None:
             with self._lock:
                 if job.state == "cancelled":
@@ -177,27 +202,37 @@ class GenerationQueue:
 
 
 def answer(engine: Engine, work: Work, cancelled: threading.Event) -> Iterator[Output]:
-    """Run one generation: text pieces (stop strings cut out), then Done. Returns early, with
-    both contexts rolled back to what was emitted, once `cancelled` is set."""
+    """Run one generation: its text (stop strings cut out), then Done. Returns early, with
+    both contexts rolled back to what was emitted, once `cancelled` is set.
+
+    Text goes out once per round: a round's tokens are all known at once, and each hand-over
+    wakes the event loop, which competes for the cores with the next round's decode.
+    """
     reused = min(engine.target.common_prefix(work.prompt), len(work.prompt) - 1)
     text = engine.target_text_stream()
     stops = StopMatcher(work.stop)
     counter = LiveCounter(engine.drafter.name)  # the stats when a stop string ends it early
     finish: FinishEvent | None = None
+    pending = ""  # this round's text so far
+    to_come = 0  # this round's tokens not seen yet
     events = engine.generate(work.prompt, work.params, max_tokens=work.max_tokens)
     try:
         for event in events:
             if cancelled.is_set():
                 log.info("cancelled after %d tokens", counter.stats.n_generated)
                 return
-            if isinstance(event, TokenEvent):
+            if isinstance(event, RoundEvent):
+                counter.on_round(event.n_drafted, event.n_accepted, event.draft_s, event.target_s)
+                to_come = event.n_accepted + 1  # the accepted drafts and the target's token
+            elif isinstance(event, TokenEvent):
                 counter.on_token()
-                if piece := stops.feed(text.feed(event.token)):
-                    yield Text(piece)
+                to_come -= 1
+                pending += stops.feed(text.feed(event.token))
                 if stops.stopped:
                     break
-            elif isinstance(event, RoundEvent):
-                counter.on_round(event.n_drafted, event.n_accepted, event.draft_s, event.target_s)
+                if to_come == 0 and pending:
+                    yield Text(pending)
+                    pending = ""
             elif isinstance(event, FinishEvent):
                 finish = event
     finally:
@@ -207,9 +242,10 @@ def answer(engine: Engine, work: Work, cancelled: threading.Event) -> Iterator[O
         stats = counter.snapshot("stop_string")
     else:
         stats = finish.stats
-        if tail := stops.feed(text.flush()) + stops.flush():
-            yield Text(tail)
+        pending += stops.feed(text.flush()) + stops.flush()
         if stops.stopped:
             stats.finish_reason = "stop_string"
+    if pending:
+        yield Text(pending)
     stats.n_prompt = len(work.prompt)
     yield Done(stats, reused)
