@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 
+from specllama import amx
 from specllama.errors import ContextOverflowError, ModelLoadError
 
 log = logging.getLogger("specllama.llama_cpp")
@@ -52,14 +54,27 @@ class BuildFacts:
     version: str
     gpu_offload: bool
     system_info: str
+    library: str = ""  # the libllama file loaded (a rebuild changes its size and time)
+
+    @property
+    def build_id(self) -> dict[str, object]:
+        """What tells this build from another, for caches of what was learnt about it."""
+        try:
+            st = os.stat(self.library)
+            file_id: list[object] = [self.library, st.st_size, st.st_mtime_ns]
+        except OSError:
+            file_id = [self.library]
+        return {"version": self.version, "system_info": self.system_info, "library": file_id}
 
 
+@cache
 def build_facts() -> BuildFacts:
     llama_cpp = _llama()
     return BuildFacts(
         version=llama_cpp.__version__,
         gpu_offload=bool(llama_cpp.llama_supports_gpu_offload()),
         system_info=llama_cpp.llama_print_system_info().decode("utf-8", "replace").strip(),
+        library=str(getattr(llama_cpp.llama_cpp._lib, "_name", "")),
     )
 
 
@@ -142,7 +157,12 @@ class EvaluatedTokens:
 
 
 class LlamaBackend(EvaluatedTokens):
-    """A loaded model with one context (sequence 0)."""
+    """A loaded model with one context (sequence 0).
+
+    `extra_buffers`: llama.cpp's extra buffer types (CPU weight repacking, AMX kernels). None
+    decides it the safe way for this machine (`specllama.amx`: off only where the AMX kernels
+    crash); True or False forces it.
+    """
 
     def __init__(
         self,
@@ -152,14 +172,22 @@ class LlamaBackend(EvaluatedTokens):
         n_gpu_layers: int = 0,
         n_threads: int | None = None,
         n_batch: int = 512,
+        extra_buffers: bool | None = None,
     ) -> None:
         self.path = Path(path)
         _check_gguf(self.path)
         llama_cpp = _llama()
         self._lib = llama_cpp
+        if extra_buffers is None:
+            facts = build_facts()
+            extra_buffers = amx.extra_buffers_for(
+                self.path, system_info=facts.system_info, build_id=facts.build_id
+            ).extra_buffers
+        self.extra_buffers = extra_buffers
 
         model_params = llama_cpp.llama_model_default_params()
         model_params.n_gpu_layers = n_gpu_layers
+        model_params.use_extra_bufts = extra_buffers
         self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), model_params)
         if not self._model:
             raise ModelLoadError(f"llama.cpp could not load {self.path}")

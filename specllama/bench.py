@@ -356,6 +356,7 @@ def run_bench(
             "n_threads": engine.config.n_threads or default_threads(),
             "n_gpu_layers": engine.config.n_gpu_layers,
             "n_gpu_layers_draft": engine.config.n_gpu_layers_draft,
+            "extra_buffers": engine.target.extra_buffers,
         },
         configs=list(configs),
         prompts=list(prompts),
@@ -627,7 +628,10 @@ def report_table(report: dict[str, Any]) -> Table:
         f"target {models['target']['name']} · draft {draft} · "
         f"{settings['max_tokens']} tokens · {settings['repeats']} rounds · "
         f"temperature {settings['temperature']} · {settings['n_threads']} threads"
+        + ("" if settings.get("extra_buffers", True) else " · extra buffers off")
     )
+    if report.get("calibration"):
+        table.caption += f"\ncalibration: {report['calibration']['summary']}"
     return table
 
 

@@ -71,6 +71,7 @@ def calibration_key(
     n_gpu_layers: int = 0,
     n_gpu_layers_draft: int = 0,
     llama_version: str = "",
+    extra_buffers: bool = True,
 ) -> dict[str, object]:
     """What the costs depend on: the model files, this machine, and how the models run."""
     return {
@@ -87,6 +88,7 @@ def calibration_key(
         "n_gpu_layers": n_gpu_layers,
         "n_gpu_layers_draft": n_gpu_layers_draft,
         "llama_cpp": llama_version,
+        "extra_buffers": extra_buffers,  # off (the AMX fallback) makes batches slower
     }
 
 

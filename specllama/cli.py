@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from specllama import calibration, hub, ui, ui_catalog
+from specllama import amx, calibration, hub, ui, ui_catalog
 from specllama.backend import build_facts
 from specllama.catalog import load_catalog
 from specllama.chat import Message
@@ -22,6 +22,7 @@ from specllama.cli_options import (
     Draft,
     DrafterOpt,
     DraftMax,
+    ExtraBuffers,
     GpuLayers,
     GpuLayersDraft,
     JsonlOut,
@@ -48,7 +49,7 @@ from specllama.cli_options import (
     read_prompt,
 )
 from specllama.errors import UsageError
-from specllama.hardware import doctor_report, pair_rows
+from specllama.hardware import doctor_report, pair_rows, smallest_quantised_model
 from specllama.sampling import SamplingParams
 from specllama.session import Engine
 from specllama.speculative import FinishEvent, TokenEvent, check_prompt_fits
@@ -69,6 +70,7 @@ def main() -> None:
     from huggingface_hub.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
+    ui.show_engine_messages()
 
 
 @app.command()
@@ -84,6 +86,7 @@ def run(
     gpu_layers_draft: GpuLayersDraft = None,
     ctx: Ctx = 4096,
     threads: Threads = None,
+    extra_buffers: ExtraBuffers = None,
     temperature: Temperature = 0.0,
     top_k: TopK = 40,
     top_p: TopP = 1.0,
@@ -113,6 +116,7 @@ def run(
         gpu_layers=gpu_layers,
         gpu_layers_draft=gpu_layers_draft,
         threads=threads,
+        extra_buffers=extra_buffers,
         adaptive=adaptive,
     )
     messages = [Message("system", system)] if system else []
@@ -167,6 +171,7 @@ def chat(
     gpu_layers_draft: GpuLayersDraft = None,
     ctx: Ctx = 4096,
     threads: Threads = None,
+    extra_buffers: ExtraBuffers = None,
     temperature: Temperature = 0.0,
     top_k: TopK = 40,
     top_p: TopP = 1.0,
@@ -193,6 +198,7 @@ def chat(
         gpu_layers=gpu_layers,
         gpu_layers_draft=gpu_layers_draft,
         threads=threads,
+        extra_buffers=extra_buffers,
         adaptive=adaptive,
     )
     check_max_tokens(max_tokens)
@@ -243,7 +249,11 @@ def pull(
 @friendly_errors
 def doctor(json_out: JsonOut = False) -> None:
     """This llama.cpp build (GPU offload?), RAM/VRAM, caches, and how to enable a GPU."""
-    report = doctor_report(build_facts(), catalog=load_catalog())
+    facts, catalog = build_facts(), load_catalog()
+    amx_report = amx.report(
+        facts.system_info, facts.build_id, probe_model=smallest_quantised_model(catalog)
+    )
+    report = doctor_report(facts, catalog=catalog, amx=amx_report)
     calibrations = calibration.cached_calibrations()
     if json_out:
         print(json.dumps({**report.as_json(), "calibrations": calibrations}, indent=2))
@@ -262,6 +272,7 @@ def bench(
     gpu_layers_draft: GpuLayersDraft = None,
     ctx: Ctx = 4096,
     threads: Threads = None,
+    extra_buffers: ExtraBuffers = None,
     temperature: Temperature = 0.0,
     top_k: TopK = 40,
     top_p: TopP = 1.0,
@@ -313,6 +324,7 @@ def bench(
         gpu_layers=gpu_layers,
         gpu_layers_draft=gpu_layers_draft,
         threads=threads,
+        extra_buffers=extra_buffers,
         adaptive=adaptive,
     )
     plan = bench_mod.parse_configs(
@@ -358,6 +370,7 @@ def serve(
     gpu_layers_draft: GpuLayersDraft = None,
     ctx: Ctx = 4096,
     threads: Threads = None,
+    extra_buffers: ExtraBuffers = None,
     adaptive: Adaptive = True,
     temperature: Annotated[
         float, typer.Option("--temperature", help="For requests that set none (0 = greedy).")
@@ -401,6 +414,7 @@ def serve(
         gpu_layers=gpu_layers,
         gpu_layers_draft=gpu_layers_draft,
         threads=threads,
+        extra_buffers=extra_buffers,
         adaptive=adaptive,
     )
     # A catalogue pair is served under its name; a --target under its file name.

@@ -17,7 +17,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from specllama import hub, ui, ui_catalog
+from specllama import amx, hub, ui, ui_catalog
 from specllama.backend import build_facts
 from specllama.catalog import Catalog, ModelRef, Pair, load_catalog, parse_ref
 from specllama.drafters import NoDrafter
@@ -92,6 +92,14 @@ Ctx = Annotated[int, typer.Option("--ctx", help="Context size in tokens.")]
 Threads = Annotated[
     int | None, typer.Option("--threads", help="CPU threads (default: physical cores).")
 ]
+ExtraBuffers = Annotated[
+    str | None,
+    typer.Option(
+        "--extra-buffers",
+        help="auto, on or off: llama.cpp's extra CPU buffer types (weight repacking, AMX). "
+        f"auto turns them off only where the AMX kernels crash. Env: {amx.ENV_VAR}.",
+    ),
+]
 Temperature = Annotated[float, typer.Option("--temperature", help="0 = greedy.")]
 TopK = Annotated[int, typer.Option("--top-k", help="Keep the k likeliest tokens (0 = all).")]
 TopP = Annotated[float, typer.Option("--top-p", help="Nucleus sampling mass.")]
@@ -163,6 +171,7 @@ def engine_config(
     gpu_layers: int | None,
     gpu_layers_draft: int | None,
     threads: int | None,
+    extra_buffers: str | None = None,
     adaptive: bool = True,
 ) -> EngineConfig:
     """The command-line model options -> what the Engine loads (validated before any download)."""
@@ -170,6 +179,7 @@ def engine_config(
         check_drafter(drafter)
     if draft_max is not None:
         check_draft_max(draft_max)
+    buffers = amx.setting_from(extra_buffers)
     target_path, draft_path, chosen = resolve_models(pair, target, draft)
     if drafter is None:
         drafter = chosen.drafter if chosen else ("model" if draft_path else "ngram")
@@ -185,6 +195,7 @@ def engine_config(
         n_gpu_layers=offload if gpu_layers is None else gpu_layers,
         n_gpu_layers_draft=offload if gpu_layers_draft is None else gpu_layers_draft,
         n_threads=threads,
+        extra_buffers={"on": True, "off": False}.get(buffers),
         adaptive=adaptive,
     )
 

@@ -20,7 +20,9 @@ from typing import Any, Protocol
 import psutil
 
 from specllama import hub
+from specllama.amx import AMX_TYPES, CRASHES, AmxReport
 from specllama.catalog import Catalog, ModelRef, user_catalog_path
+from specllama.gguf_info import tensor_types
 
 # Beyond the weights, a model needs its KV cache and compute buffers: at a few thousand tokens of
 # context that is roughly a tenth of the weights plus a fixed amount.
@@ -251,6 +253,17 @@ def pair_rows(
 # ---------------------------------------------------------------- `doctor`
 
 
+def smallest_quantised_model(catalog: Catalog) -> Path | None:
+    """The smallest downloaded catalogue model with tensors the AMX kernels take: what
+    `doctor` probes llama.cpp's AMX path with."""
+    found = []
+    for model in catalog.models.values():
+        path = hub.cached_path(model)
+        if path is not None and tensor_types(path) & AMX_TYPES:
+            found.append((path.stat().st_size, str(path)))
+    return Path(min(found)[1]) if found else None
+
+
 @dataclass(frozen=True)
 class Doctor:
     llama_cpp_version: str
@@ -267,6 +280,7 @@ class Doctor:
     offline: bool
     python: str
     platform: str
+    amx: AmxReport | None = None
     notes: list[str] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
@@ -276,13 +290,21 @@ class Doctor:
 
 
 def doctor_report(
-    build: BuildInfo, machine: Machine | None = None, catalog: Catalog | None = None
+    build: BuildInfo,
+    machine: Machine | None = None,
+    catalog: Catalog | None = None,
+    amx: AmxReport | None = None,
 ) -> Doctor:
     """Everything `specllama doctor` shows, gathered without any network access."""
     machine = machine or probe_machine()
     notes = []
     if machine.gpus and not build.gpu_offload:
         notes.append("an NVIDIA GPU is present but this llama.cpp build cannot use it")
+    if amx is not None and amx.probe == CRASHES and not amx.extra_buffers:
+        notes.append(
+            "llama.cpp's AMX kernels crash on this CPU, so quantised models run without extra "
+            f"buffer types (slower); rebuild without AMX for full speed: {amx.rebuild_command}"
+        )
     return Doctor(
         llama_cpp_version=build.version,
         gpu_offload=build.gpu_offload,
@@ -298,6 +320,7 @@ def doctor_report(
         offline=hub.is_offline(),
         python=sys.version.split()[0],
         platform=f"{platform.system()} {platform.machine()}",
+        amx=amx,
         notes=notes,
     )
 

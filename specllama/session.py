@@ -49,6 +49,7 @@ class EngineConfig:
     n_gpu_layers: int = 0
     n_gpu_layers_draft: int = 0
     n_threads: int | None = None
+    extra_buffers: bool | None = None  # llama.cpp's extra buffer types; None: safe automatic
     # Adaptive: draft length, source (n-gram first, then the draft model) and on/off chosen
     # each round from measured costs and acceptance. Fixed: always draft_max from one drafter.
     adaptive: bool = True
@@ -72,6 +73,7 @@ class Engine:
             n_ctx=config.n_ctx,
             n_gpu_layers=config.n_gpu_layers,
             n_threads=config.n_threads,
+            extra_buffers=config.extra_buffers,
         )
         self.draft_model: LlamaBackend | None = None
         if config.draft is not None and config.drafter == "model":
@@ -80,6 +82,7 @@ class Engine:
                 n_ctx=config.n_ctx,
                 n_gpu_layers=config.n_gpu_layers_draft,
                 n_threads=config.n_threads,
+                extra_buffers=config.extra_buffers,
             )
             check_compatible(self.draft_model, self.target)
         self.drafter = self._make_drafter(config.drafter)
@@ -157,6 +160,7 @@ class Engine:
                 n_gpu_layers=self.config.n_gpu_layers,
                 n_gpu_layers_draft=self.config.n_gpu_layers_draft,
                 llama_version=build_facts().version,
+                extra_buffers=self.target.extra_buffers,
             )
             self.costs = calibration.load_or_measure(
                 key, self.target, self.draft_model, refresh=refresh, on_measure=on_measure

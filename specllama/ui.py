@@ -51,6 +51,31 @@ def print_error(message: str, hint: str | None = None, console: Console | None =
     (console or stderr_console()).print(line, soft_wrap=True)
 
 
+def print_warning(message: str, console: Console | None = None) -> None:
+    line = Text.assemble(("warning: ", "bold yellow"), (message, "yellow"))
+    (console or stderr_console()).print(line, soft_wrap=True)
+
+
+class EngineMessages(logging.Handler):
+    """What the layers below say on the `specllama` logger, one line each on stderr: warnings
+    always, notices (info: "probing once…") only on a terminal, like progress bars."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.levelno >= logging.WARNING:
+            print_warning(record.getMessage())
+        elif sys.stderr.isatty():
+            stderr_console().print(Text(record.getMessage(), style="dim"), soft_wrap=True)
+
+
+def show_engine_messages() -> None:
+    """Route the `specllama` logger to stderr (once per process)."""
+    logger = logging.getLogger("specllama")
+    if not any(isinstance(h, EngineMessages) for h in logger.handlers):
+        logger.addHandler(EngineMessages(logging.INFO))
+        if logger.level == logging.NOTSET or logger.level > logging.INFO:
+            logger.setLevel(logging.INFO)
+
+
 def write_text(text: str) -> None:
     """Generated text goes to stdout as it arrives, unstyled, so pipes stay clean."""
     sys.stdout.write(text)
@@ -342,15 +367,12 @@ def print_serving(url: str, facts: list[str], console: Console | None = None) ->
         console.print(Text(f"  {fact}", style="dim"), soft_wrap=True)
 
 
-def print_warning(message: str, console: Console | None = None) -> None:
-    line = Text.assemble(("warning: ", "bold yellow"), (message, "yellow"))
-    (console or stderr_console()).print(line, soft_wrap=True)
-
-
 def show_log(logger: logging.Logger, console: Console | None = None) -> None:
-    """Print the logger's records from INFO up as lines on stderr."""
+    """Print the logger's records from INFO up as lines on stderr, terminal or not (a server's
+    log is read from files too), and only here: not also as the `specllama` logger's notices."""
     logger.addHandler(LogLines(console))
     logger.setLevel(logging.INFO)
+    logger.propagate = False
 
 
 class LogLines(logging.Handler):

@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from rich.console import Console, RenderableType
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     DownloadColumn,
@@ -19,6 +20,7 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
+from specllama.amx import CRASHES, WORKS, AmxReport
 from specllama.catalog import Catalog, ModelRef
 from specllama.hardware import Doctor, PairRow
 from specllama.ui import stderr_console
@@ -108,6 +110,21 @@ def _short(model: ModelRef) -> str:
     return f"{model.params or '?'} {model.quant or ''}".strip()
 
 
+def _amx_rows(amx: AmxReport) -> list[tuple[str, str]]:
+    yes_no = {True: "yes", False: "no"}
+    probe = {CRASHES: "[red]crashes[/red]", WORKS: "[green]works[/green]"}.get(amx.probe, amx.probe)
+    buffers = "[green]on[/green]" if amx.extra_buffers else "[yellow]off[/yellow]"
+    return [
+        (
+            "AMX kernels",
+            f"compiled in: {yes_no[amx.build_amx]} · CPU has AMX: {yes_no[amx.cpu_amx]} · "
+            f"probe: {probe}",
+        ),
+        ("extra buffers", f"{buffers} for quantised models ({escape(amx.reason)})"),
+        ("CMAKE_ARGS here", f"{amx.cmake_args} (this CPU's kernels, AMX left out)"),
+    ]
+
+
 def doctor_table(report: Doctor, calibrations: list[dict[str, object]] = ()) -> Table:
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold")
@@ -128,6 +145,8 @@ def doctor_table(report: Doctor, calibrations: list[dict[str, object]] = ()) -> 
         rows.append(("VRAM", f"{report.machine.vram_total / 1e9:.1f} GB"))
     if report.reinstall_hint:
         rows.append(("to use a GPU", report.reinstall_hint))
+    if report.amx is not None:
+        rows.extend(_amx_rows(report.amx))
     for cache in report.caches:
         state = f"{cache.size_bytes / 1e9:.2f} GB" if cache.exists else "empty"
         rows.append(("cache", f"{cache.path} ({state})"))

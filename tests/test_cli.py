@@ -32,7 +32,8 @@ def invoke(*args: str, input: str | bytes | None = None):
 
 def assert_one_line_error(result, exit_code: int, fragment: str) -> None:
     assert result.exit_code == exit_code, result.output
-    lines = result.stderr.strip().splitlines()
+    # A machine-level warning (e.g. the AMX fallback) may come first; the error is one line.
+    lines = [line for line in result.stderr.strip().splitlines() if not line.startswith("warning:")]
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("error:") and fragment in lines[0], lines[0]
     assert "Traceback" not in result.output
@@ -144,3 +145,31 @@ def test_bad_input_is_refused_before_any_download(tmp_path, monkeypatch):
     assert_one_line_error(invoke(input=""), 2, "prompt is empty")
     assert_one_line_error(invoke("hi", "-n", "0"), 2, "--max-tokens must be at least 1")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("where", ["option", "environment"])
+def test_extra_buffers_setting_is_checked(smol_q4, monkeypatch, where):
+    args = ["hi", "--target", smol_q4]
+    if where == "option":
+        args += ["--extra-buffers", "sometimes"]
+    else:
+        monkeypatch.setenv("SPECLLAMA_EXTRA_BUFFERS", "sometimes")
+    assert_one_line_error(invoke(*args), 2, "must be one of auto, on, off")
+
+
+@pytest.mark.parametrize("setting", ["on", "off"])
+def test_extra_buffers_forced_either_way_gives_the_same_answer(smol_q4, setting):
+    args = ["Say hi.", "--target", smol_q4, "--drafter", "none", "-n", "6", "--json"]
+    forced = invoke(*args, "--extra-buffers", setting)
+    assert forced.exit_code == 0, forced.output
+    assert json.loads(forced.stdout)["n_generated"] > 0
+
+
+def test_doctor_reports_the_amx_decision_and_the_cmake_args():
+    data = json.loads(CliRunner().invoke(app, ["doctor", "--json"]).stdout)["amx"]
+    assert data["cmake_args"].startswith("-DGGML_NATIVE=OFF")
+    assert "AMX" not in data["cmake_args"]
+    if not data["build_amx"]:
+        assert data["extra_buffers"] and data["probe"] == "not needed"
+    table = CliRunner().invoke(app, ["doctor"]).stdout
+    assert "AMX kernels" in table and "extra buffers" in table
