@@ -7,15 +7,17 @@ on the same pair).
     python bench/serve.py --also http://127.0.0.1:8081/v1=MODEL -- --pair qwen2.5-coder-1.5b
 
 Everything after `--` goes to both `specllama run` and `specllama serve` (model options).
-Greedy, single-turn prompts of the bundled bench set. Per prompt, interleaved: `specllama run
---json` (a fresh process), then the prompt streamed through one server process, timed by the
-client with raw HTTP:
+Greedy, single-turn prompts of the bundled bench set, --repeats rounds over them. Per prompt,
+interleaved: `specllama run --json` (a fresh process), then the prompt streamed through one
+server process, timed by the client with raw HTTP:
 
 - ttft: request sent -> first text chunk;
 - tok/s: tokens / (request -> last chunk, less the prefill the server reports), which is what
   `specllama run` reports as tokens/s (tokens after the prefill);
 - overhead: the client's wall time less the engine's own prefill and generation time, per
-  token: HTTP, JSON, SSE, tokenising the request and the worker-thread hand-over.
+  token: HTTP, JSON, SSE, tokenising the request and the worker-thread hand-over; split into
+  what a request costs whatever its length (the same request for one token, measured next)
+  and what streaming costs per token.
 Other servers get ttft and the decode rate after the first chunk (tokens - 1) / time.
 """
 
@@ -42,6 +44,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-n", "--max-tokens", type=int, default=96)
     parser.add_argument("--limit", type=int, default=8, help="at most N prompts")
+    parser.add_argument("--repeats", type=int, default=2, help="rounds over the prompts")
     parser.add_argument("--also", action="append", default=[], help="URL=MODEL of another server")
     parser.add_argument("--json", type=Path, help="write every measurement here")
     parser.add_argument("model_options", nargs="*", help="after --: options for run and serve")
@@ -61,10 +64,15 @@ def measure(args: argparse.Namespace, prompts: list, log) -> list[dict]:
     rows = []
     try:
         stream(url, model, "Say hello.", args.max_tokens)  # warm-up
-        for prompt in prompts:
+        for prompt in prompts * args.repeats:
             text = prompt.messages[0].content
             row = {"id": prompt.id, "run": run(text, args.max_tokens, args.model_options)}
             row["serve"] = stream(url, model, text, args.max_tokens)
+            # The same request for one token: what a request costs whatever its length.
+            serve = row["serve"]
+            serve["overhead_ms_per_request"] = stream(url, model, text, 1)["overhead_ms"]
+            streaming = serve["overhead_ms"] - serve["overhead_ms_per_request"]
+            serve["streaming_ms_per_token"] = streaming / serve["n"]
             for also in args.also:
                 other_url, other_model = also.rsplit("=", 1)
                 row[other_url] = stream(other_url, other_model, text, args.max_tokens)
@@ -134,11 +142,14 @@ def stream(url: str, model: str, prompt: str, max_tokens: int) -> dict:
         if choice.get("finish_reason"):
             last = now
     n = usage["completion_tokens"] if usage else n_chunks
-    result = {"n": n, "ttft_s": first - started, "decode_tps": (n - 1) / (last - first)}
+    first = first or last
+    result = {"n": n, "ttft_s": first - started}
+    if n > 1 and last > first:
+        result["decode_tps"] = (n - 1) / (last - first)
     if stats:  # specllama serve: the engine's own timings, to take the overhead apart
         served = last - started - stats["prefill_s"]
         result["tokens_per_s"] = n / served
-        result["overhead_ms_per_token"] = 1000 * (served - stats["time_s"]) / n
+        result["overhead_ms"] = 1000 * (served - stats["time_s"])
         result["engine_tokens_per_s"] = stats["tokens_per_s"]
         result["prompt_reused"] = stats["n_prompt_reused"]
     return result
@@ -149,7 +160,8 @@ def summary_line(row: dict) -> str:
     return (
         f"{row['id']}: run {run_['tokens_per_s']:.1f} tok/s · serve {serve['tokens_per_s']:.1f} "
         f"tok/s, ttft {1000 * serve['ttft_s']:.0f} ms, "
-        f"overhead {serve['overhead_ms_per_token']:.3f} ms/token"
+        f"overhead {serve['overhead_ms_per_request']:.2f} ms/request + "
+        f"{serve['streaming_ms_per_token']:.3f} ms/token"
     )
 
 
@@ -159,11 +171,12 @@ def report(rows: list[dict]) -> str:
 
     ratio = median(r["serve"]["tokens_per_s"] / r["run"]["tokens_per_s"] for r in rows)
     lines = [
-        f"{len(rows)} prompts (medians):",
+        f"{len(rows)} answers (medians):",
         f"  specllama run    {median(r['run']['tokens_per_s'] for r in rows):7.1f} tok/s",
         f"  specllama serve  {median(r['serve']['tokens_per_s'] for r in rows):7.1f} tok/s "
         f"({ratio:.3f}x run), ttft {1000 * median(r['serve']['ttft_s'] for r in rows):.0f} ms, "
-        f"overhead {median(r['serve']['overhead_ms_per_token'] for r in rows):.3f} ms/token",
+        f"overhead {median(r['serve']['overhead_ms_per_request'] for r in rows):.2f} ms/request"
+        f" + {median(r['serve']['streaming_ms_per_token'] for r in rows):.3f} ms/token",
     ]
     for name in [k for k in rows[0] if k not in ("id", "run", "serve")]:
         lines.append(

@@ -92,10 +92,6 @@ NEUTRAL: dict[str, Callable[[object], bool]] = {
     "reasoning_effort": _off,
     "web_search_options": _off,
 }
-COMMON = {"model", "stream", "stream_options", "max_tokens", "stop", "user"}
-SAMPLING = {"temperature", "top_p", "top_k", "min_p", "seed"}  # named as in SamplingParams
-CHAT = COMMON | SAMPLING | {"messages", "max_completion_tokens"}
-COMPLETION = COMMON | SAMPLING | {"prompt"}
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 
 
@@ -131,18 +127,14 @@ def parse_json(raw: bytes) -> dict[str, Any]:
 
 def parse_chat(body: dict[str, Any]) -> GenerationRequest:
     fields = _Fields(body)
-    fields.only(CHAT)
-    max_tokens = fields.int("max_completion_tokens", minimum=1)
-    return _request(
-        fields,
-        max_tokens=max_tokens if max_tokens is not None else fields.int("max_tokens", minimum=1),
-        messages=_messages(fields.get("messages", list, "an array", required=True)),
-    )
+    newer = fields.int("max_completion_tokens", minimum=1)
+    older = fields.int("max_tokens", minimum=1)
+    messages = _messages(fields.get("messages", list, "an array", required=True))
+    return _request(fields, max_tokens=older if newer is None else newer, messages=messages)
 
 
 def parse_completion(body: dict[str, Any]) -> GenerationRequest:
     fields = _Fields(body)
-    fields.only(COMPLETION)
     max_tokens = fields.int("max_tokens", minimum=1)
     return _request(
         fields,
@@ -152,6 +144,7 @@ def parse_completion(body: dict[str, Any]) -> GenerationRequest:
 
 
 def _request(fields: _Fields, **specific: Any) -> GenerationRequest:
+    """The fields both endpoints share; then any field not read is refused."""
     stream = bool(fields.get("stream", bool, "a boolean"))
     options = fields.get("stream_options", dict, "an object")
     if options is not None and not stream:
@@ -164,10 +157,10 @@ def _request(fields: _Fields, **specific: Any) -> GenerationRequest:
     include_usage = False
     if options is not None:
         stream_options = _Fields(options, "stream_options")
-        stream_options.only({"include_usage"})
         include_usage = bool(stream_options.get("include_usage", bool, "a boolean"))
+        stream_options.refuse_unread()
     fields.get("user", str, "a string")  # an end-user id for abuse monitoring: no effect here
-    return GenerationRequest(
+    asked = GenerationRequest(
         model=fields.get("model", str, "a string", required=True),
         sampling=_sampling(fields),
         stop=_stop(fields.get("stop", (str, list), "a string or an array of strings")),
@@ -175,9 +168,13 @@ def _request(fields: _Fields, **specific: Any) -> GenerationRequest:
         include_usage=include_usage,
         **specific,
     )
+    fields.refuse_unread()
+    return asked
 
 
 def _sampling(fields: _Fields) -> dict[str, Any]:
+    """The SamplingParams fields a request sets, under their own names (top_k and min_p as
+    llama.cpp's server takes them), with OpenAI's ranges."""
     chosen = {
         "temperature": fields.number("temperature", minimum=0, maximum=2),
         "top_p": fields.number("top_p", minimum=0, maximum=1),
@@ -195,7 +192,8 @@ def _sampling(fields: _Fields) -> dict[str, Any]:
 def _stop(value: str | list[Any] | None) -> tuple[str, ...]:
     stops = [value] if isinstance(value, str) else (value or [])
     if len(stops) > MAX_STOPS:
-        raise ApiError(400, f"at most {MAX_STOPS} stop strings", param="stop", code="invalid_value")
+        message = f"At most {MAX_STOPS} stop strings are allowed."
+        raise ApiError(400, message, param="stop", code="invalid_value")
     for i, stop in enumerate(stops):
         if not isinstance(stop, str):
             raise _invalid_type(f"stop[{i}]", "a string", stop)
@@ -235,7 +233,10 @@ def _message(item: object, where: str) -> Message:
     content = fields.get("content", (str, list), "a string or an array of content parts")
     if content is None and role != "assistant":
         raise ApiError(
-            400, f"Missing required parameter: '{where}.content'.", param=f"{where}.content"
+            400,
+            f"Missing required parameter: '{where}.content'.",
+            param=f"{where}.content",
+            code="missing_required_parameter",
         )
     return Message(ROLES[role], _text_content(content, f"{where}.content"))
 
@@ -278,14 +279,15 @@ class _Fields:
             )
         self.object: dict[str, Any] = value
         self._where = where
+        self._read: set[str] = set()
 
     def _path(self, name: str) -> str:
         return f"{self._where}.{name}" if self._where else name
 
-    def only(self, supported: set[str]) -> None:
-        """Refuse fields outside `supported`, except OpenAI's parameters at their off value."""
+    def refuse_unread(self) -> None:
+        """Refuse every field not read, except OpenAI's parameters at their off value."""
         for name, value in self.object.items():
-            if name in supported:
+            if name in self._read:
                 continue
             if name in NEUTRAL:
                 if NEUTRAL[name](value):
@@ -306,6 +308,7 @@ class _Fields:
         *,
         required: bool = False,
     ) -> Any:
+        self._read.add(name)
         value = self.object.get(name)
         if value is None:
             if required:
