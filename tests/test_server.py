@@ -34,7 +34,7 @@ from specllama.server import is_loopback
 pytestmark = pytest.mark.slow
 
 KEY = "test-key-123"
-_AUTH = {"Authorization": f"Bearer {KEY}"}
+AUTH = {"Authorization": f"Bearer {KEY}"}
 CTX = 512
 PROMPT = "Name three fruits."
 COUNTING = "1, 2, 3, 4,"  # a text completion that goes on for as long as it is allowed
@@ -61,9 +61,7 @@ class Server:
         """Raw HTTP: (status, headers, JSON body)."""
         conn = http.client.HTTPConnection(*self.address, timeout=60)
         data = body if isinstance(body, bytes | None) else json.dumps(body).encode()
-        conn.request(
-            method, path, body=data, headers={"Authorization": f"Bearer {KEY}", **(headers or {})}
-        )
+        conn.request(method, path, body=data, headers={**AUTH, **(headers or {})})
         response = conn.getresponse()
         payload = json.loads(response.read())
         conn.close()
@@ -117,9 +115,9 @@ def _wait_until_up(server: Server) -> None:
     deadline = time.monotonic() + 60
     while True:
         try:
-            if server.health()["status"] == "ok":
-                return
-        except OSError:
+            server.health()
+            return
+        except OSError:  # refused until the models are loaded
             assert time.monotonic() < deadline
             time.sleep(0.1)
 
@@ -127,19 +125,20 @@ def _wait_until_up(server: Server) -> None:
 @functools.cache
 def reference(prompt: str, max_tokens: int, *, template: bool = True) -> tuple[str, int]:
     """`specllama run` with the target alone, greedy: (text, tokens generated)."""
-    data = run_json(prompt, max_tokens, "--drafter", "none", template=template)
+    extra = ["--json"] + ([] if template else ["--no-chat-template"])
+    data = json.loads(run_target_alone(prompt, max_tokens, *extra)[-1])
     return data["text"], data["n_generated"]
 
 
-def run_json(prompt: str, max_tokens: int, *extra: str, template: bool = True) -> dict:
+def run_target_alone(prompt: str, max_tokens: int, *extra: str) -> list[str]:
+    """The lines `specllama run --drafter none` writes on stdout."""
     from model_factory import smollm2_f32
 
     args = ["run", prompt, "--target", str(smollm2_f32()), "-n", str(max_tokens)]
-    args += ["--ctx", str(CTX), "--threads", "1", "--json", *extra]
-    args += [] if template else ["--no-chat-template"]
+    args += ["--drafter", "none", "--ctx", str(CTX), "--threads", "1", *extra]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
-    return json.loads(result.stdout.splitlines()[-1])
+    return result.stdout.splitlines()
 
 
 def chat(server: Server, prompt: str = PROMPT, max_tokens: int = 24, **kwargs):
@@ -244,11 +243,8 @@ def test_sampling_with_a_seed_repeats(server: Server):
 
 
 def test_stop_string_across_token_boundaries_is_never_emitted(server: Server):
-    tokens = [
-        json.loads(line)["text"]
-        for line in run_jsonl(PROMPT, 24)
-        if json.loads(line)["type"] == "token"
-    ]
+    lines = [json.loads(line) for line in run_target_alone(PROMPT, 24, "--jsonl")]
+    tokens = [line["text"] for line in lines if line["type"] == "token"]
     full = "".join(tokens)
     stop, cut = _stop_across_a_boundary(tokens)
     assert cut > 0 and stop not in full[:cut]
@@ -262,17 +258,6 @@ def test_stop_string_across_token_boundaries_is_never_emitted(server: Server):
         c.choices[0].delta.content or "" for c in chat(server, stop=stop, stream=True)
     )
     assert streamed == expected
-
-
-def run_jsonl(prompt: str, max_tokens: int) -> list[str]:
-    from model_factory import smollm2_f32
-
-    args = ["run", prompt, "--target", str(smollm2_f32()), "-n", str(max_tokens), "--jsonl"]
-    result = CliRunner().invoke(
-        app, [*args, "--drafter", "none", "--ctx", str(CTX), "--threads", "1"]
-    )
-    assert result.exit_code == 0, result.output
-    return result.stdout.splitlines()
 
 
 def _stop_across_a_boundary(tokens: list[str]) -> tuple[str, int]:
@@ -318,7 +303,7 @@ def test_beyond_the_queue_limit_503_and_the_queued_request_is_answered(server: S
         assert time.monotonic() < deadline
         time.sleep(0.02)
 
-    status, headers, body = server.request("POST", "/v1/chat/completions", _chat_body())
+    status, headers, body = server.request("POST", "/v1/chat/completions", _chat_body(server))
     assert status == 503 and int(headers["retry-after"]) >= 1
     assert body["error"]["code"] == "server_busy" and body["error"]["type"] == "server_error"
 
@@ -336,7 +321,7 @@ def test_a_client_that_disconnects_stops_its_generation(server: Server, streamed
     else:
         connection = http.client.HTTPConnection(*server.address, timeout=60)
         body = {"model": server.model, "prompt": COUNTING, "max_tokens": 400}
-        connection.request("POST", "/v1/completions", json.dumps(body), _AUTH)
+        connection.request("POST", "/v1/completions", json.dumps(body), AUTH)
         deadline = time.monotonic() + 30
         while not server.health()["generating"]:
             assert time.monotonic() < deadline
@@ -353,7 +338,7 @@ def _start_stream(server: Server, max_tokens: int) -> http.client.HTTPConnection
     """A streaming text completion, read until its first piece of text arrived."""
     connection = http.client.HTTPConnection(*server.address, timeout=60)
     body = {"model": server.model, "prompt": COUNTING, "max_tokens": max_tokens, "stream": True}
-    connection.request("POST", "/v1/completions", json.dumps(body), _AUTH)
+    connection.request("POST", "/v1/completions", json.dumps(body), AUTH)
     response = connection.getresponse()
     assert response.status == 200
     while '"text":"' not in response.readline().decode():
@@ -364,10 +349,8 @@ def _start_stream(server: Server, max_tokens: int) -> http.client.HTTPConnection
 # -- errors -------------------------------------------------------------------------------------
 
 
-def _chat_body(**fields) -> dict:
-    from model_factory import smollm2_f32
-
-    body = {"model": smollm2_f32().name, "messages": [{"role": "user", "content": PROMPT}]}
+def _chat_body(server: Server, **fields) -> dict:
+    body = {"model": server.model, "messages": [{"role": "user", "content": PROMPT}]}
     return {**body, "max_tokens": 8, **fields}
 
 
@@ -381,34 +364,35 @@ def assert_error(reply, status: int, code: str | None, param: str | None = None)
 
 
 def test_every_error_has_its_status_and_shape_and_the_next_answer_is_right(server: Server):
-    post = functools.partial(server.request, "POST", "/v1/chat/completions")
-    assert_error(post(b'{"model": "x", "messages": [', {}), 400, "invalid_json")
-    assert_error(post(_chat_body(max_tokens="ten")), 400, "invalid_type", "max_tokens")
-    assert_error(post(_chat_body(model="gpt-4o")), 404, "model_not_found", "model")
-    assert_error(post(_chat_body(n=2)), 400, "unsupported_parameter", "n")
-    assert_error(post(_chat_body(logprobs=True)), 400, "unsupported_parameter", "logprobs")
-    assert_error(
-        post(_chat_body(tools=[{"type": "function", "function": {"name": "f"}}])),
-        400,
-        "unsupported_parameter",
-        "tools",
-    )
+    def post(**fields):
+        return server.request("POST", "/v1/chat/completions", _chat_body(server, **fields))
+
+    tools = [{"type": "function", "function": {"name": "f"}}]
     image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
-    messages = [{"role": "user", "content": [{"type": "text", "text": "What?"}, image]}]
-    assert_error(
-        post(_chat_body(messages=messages)), 400, "unsupported_parameter", "messages[0].content[1]"
-    )
-    long_prompt = [{"role": "user", "content": "word " * (CTX + 50)}]
-    assert_error(post(_chat_body(messages=long_prompt)), 400, "context_length_exceeded", "messages")
-    assert_error(server.request("GET", "/v1/nowhere"), 404, None)
-    assert_error(server.request("GET", "/v1/chat/completions"), 405, None)
-    assert_error(server.request("GET", "/v1/models/gpt-4o"), 404, "model_not_found")
+    with_image = [{"role": "user", "content": [{"type": "text", "text": "What?"}, image]}]
+    too_long = [{"role": "user", "content": "word " * (CTX + 50)}]
+    malformed = server.request("POST", "/v1/chat/completions", b'{"model": "x", "messages": [')
+    cases = [
+        (malformed, 400, "invalid_json", None),
+        (post(max_tokens="ten"), 400, "invalid_type", "max_tokens"),
+        (post(model="gpt-4o"), 404, "model_not_found", "model"),
+        (post(n=2), 400, "unsupported_parameter", "n"),
+        (post(logprobs=True), 400, "unsupported_parameter", "logprobs"),
+        (post(tools=tools), 400, "unsupported_parameter", "tools"),
+        (post(messages=with_image), 400, "unsupported_parameter", "messages[0].content[1]"),
+        (post(messages=too_long), 400, "context_length_exceeded", "messages"),
+        (server.request("GET", "/v1/nowhere"), 404, None, None),
+        (server.request("GET", "/v1/chat/completions"), 405, None, None),
+        (server.request("GET", "/v1/models/gpt-4o"), 404, "model_not_found", "model"),
+    ]
+    for reply, status, code, param in cases:
+        assert_error(reply, status, code, param)
     assert_reference_answer(server)
 
 
 def test_the_api_key_is_required_except_for_health(server: Server):
     for authorization in ({"Authorization": ""}, {"Authorization": "Bearer wrong-key"}):
-        reply = server.request("POST", "/v1/chat/completions", _chat_body(), authorization)
+        reply = server.request("POST", "/v1/chat/completions", _chat_body(server), authorization)
         assert_error(reply, 401, "invalid_api_key")
         assert reply[1]["www-authenticate"] == "Bearer"
     with pytest.raises(openai.AuthenticationError):
