@@ -420,7 +420,6 @@ def serve(
     # A catalogue pair is served under its name; a --target under its file name.
     model_id = config.target.name if target else load_catalog().pair(pair).name
     settings = server.Settings(model_id, api_key, queue, defaults)
-    sock = server.bind(host, port)  # before loading: a taken port fails at once
     console = ui.stderr_console()
     if api_key is None and not server.is_loopback(host):
         ui.print_warning(
@@ -428,6 +427,7 @@ def serve(
             "use the models",
             console,
         )
+    sock = server.bind(host, port)  # before loading: a taken port fails at once
     with console.status("loading models…"):
         engine = Engine(config)
     with engine:

@@ -417,17 +417,22 @@ def test_a_body_over_the_limit_is_refused_before_it_is_read(server: Server):
 # -- the command --------------------------------------------------------------------------------
 
 
-def test_a_taken_port_is_one_line_and_exit_1(smol_f32: Path):
+@pytest.mark.parametrize("host", ["127.0.0.1", "0.0.0.0"])
+def test_a_taken_port_is_one_error_line_and_exit_1(smol_f32: Path, host: str):
+    """Before any model loads; on every interface without a key, after a warning."""
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        result = CliRunner().invoke(
-            app, ["serve", "--target", str(smol_f32), "--drafter", "none", "--port", str(port)]
-        )
+        command = ["serve", "--target", str(smol_f32), "--host", host, "--port", str(port)]
+        result = CliRunner().invoke(app, command, env={"SPECLLAMA_API_KEY": None})
     assert result.exit_code == 1, result.output
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: cannot listen on 127.0.0.1"), lines
+    assert lines[-1].startswith(f"error: cannot listen on {host}:{port}"), lines
+    if host == "127.0.0.1":
+        assert len(lines) == 1, lines
+    else:
+        assert len(lines) == 2 and lines[0].startswith("warning: listening on 0.0.0.0 without")
 
 
 def test_loopback_addresses():
