@@ -47,7 +47,7 @@ from specllama.controller import AdaptiveController, DraftController, FixedLengt
 from specllama.drafters import CombinedDrafter, Drafter, DraftModelDrafter, NgramDrafter, NoDrafter
 from specllama.errors import UsageError
 from specllama.sampling import SamplingParams, make_rng
-from specllama.session import Engine
+from specllama.session import ADAPTIVE_DRAFT_MAX, Engine
 from specllama.speculative import FinishEvent, TokenEvent, generate
 
 SCHEMA_ID = "specllama-bench/1"
@@ -175,7 +175,12 @@ class BenchConfig:
 
 
 def parse_configs(
-    spec: str, *, has_draft: bool, draft_max: int, adaptive: bool = True
+    spec: str,
+    *,
+    has_draft: bool,
+    draft_max: int,
+    adaptive: bool = True,
+    adaptive_draft_max: int = ADAPTIVE_DRAFT_MAX,
 ) -> list[BenchConfig]:
     """`target`, `model:K`, `ngram:K`, `adaptive` (comma-separated). The target alone is always
     included (speedups are relative to it) and comes first. `adaptive=False` (--fixed) drops
@@ -190,7 +195,7 @@ def parse_configs(
                 raise UsageError(f"bench configuration {item!r}: adaptive takes no length")
             if adaptive:
                 drafter = "combined" if has_draft else "ngram"
-                configs.append(BenchConfig("adaptive", drafter, draft_max, True))
+                configs.append(BenchConfig("adaptive", drafter, adaptive_draft_max, True))
             continue
         if name not in ("model", "ngram"):
             raise UsageError(

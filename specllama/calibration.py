@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from specllama.controller import Costs
+from specllama.costs import Costs
 from specllama.hub import cache_dir
 
 VERIFY_SIZES = (1, 2, 3, 4, 5, 6, 8, 12, 17, 25, 33, 49)

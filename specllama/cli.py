@@ -331,6 +331,7 @@ def bench(
         configs,
         has_draft=config.draft is not None,
         draft_max=config.draft_max,
+        adaptive_draft_max=config.adaptive_draft_max,
         adaptive=adaptive,
     )
     console = ui.stderr_console()

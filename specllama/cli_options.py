@@ -23,7 +23,13 @@ from specllama.catalog import Catalog, ModelRef, Pair, load_catalog, parse_ref
 from specllama.drafters import NoDrafter
 from specllama.errors import SpecllamaError, UsageError
 from specllama.hardware import default_gpu_layers
-from specllama.session import Engine, EngineConfig, check_draft_max, check_drafter
+from specllama.session import (
+    ADAPTIVE_DRAFT_MAX,
+    Engine,
+    EngineConfig,
+    check_draft_max,
+    check_drafter,
+)
 from specllama.ui_catalog import ProgressFor, download_progress
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -78,7 +84,11 @@ DrafterOpt = Annotated[
 ]
 DraftMax = Annotated[
     int | None,
-    typer.Option("--draft-max", "-k", help="Most tokens drafted a round (default: the pair's)."),
+    typer.Option(
+        "--draft-max",
+        "-k",
+        help="Tokens a round with --fixed (default: the pair's); the adaptive cap (default 16).",
+    ),
 ]
 GpuLayers = Annotated[
     int | None,
@@ -183,6 +193,8 @@ def engine_config(
     target_path, draft_path, chosen = resolve_models(pair, target, draft)
     if drafter is None:
         drafter = chosen.drafter if chosen else ("model" if draft_path else "ngram")
+    # A --draft-max given caps the adaptive controller too; the pair's is for --fixed.
+    adaptive_draft_max = draft_max or ADAPTIVE_DRAFT_MAX
     if draft_max is None:
         draft_max = chosen.draft_max if chosen else 4
     offload = default_gpu_layers(build_facts())
@@ -191,6 +203,7 @@ def engine_config(
         draft=draft_path if drafter == "model" else None,
         drafter=drafter,
         draft_max=draft_max,
+        adaptive_draft_max=adaptive_draft_max,
         n_ctx=ctx,
         n_gpu_layers=offload if gpu_layers is None else gpu_layers,
         n_gpu_layers_draft=offload if gpu_layers_draft is None else gpu_layers_draft,
@@ -252,7 +265,7 @@ Record = Annotated[
 
 PromptsFile = Annotated[
     Path | None,
-    typer.Option("--prompts", help="JSONL prompt file (default: the bundled set of ~30)."),
+    typer.Option("--prompts", help="JSONL prompt file (default: the bundled set of 36)."),
 ]
 Configs = Annotated[
     str,

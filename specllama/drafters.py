@@ -14,7 +14,14 @@ from typing import Protocol
 import numpy as np
 
 from specllama.backend import LlamaBackend
-from specllama.sampling import Distribution, SamplingParams, argmax, probabilities, sample
+from specllama.sampling import (
+    Distribution,
+    SamplingParams,
+    argmax,
+    probabilities,
+    sample,
+    top_probability,
+)
 
 
 @dataclass
@@ -116,7 +123,7 @@ class DraftModelDrafter:
                 draft.q.append(q)
             if len(draft) == n_max or self.model.is_eog(token):
                 break
-            logits = self.model.decode([token], [0])[0]
+            logits = self.model.decode([token], [0], copy=False)[0]
         return draft
 
     def _choose(
@@ -125,7 +132,7 @@ class DraftModelDrafter:
         """The next draft token and its q, or None when the draft is not confident enough."""
         if params.greedy:
             token = argmax(logits)
-            if p_min > 0 and _top_probability(logits) < p_min:
+            if p_min > 0 and top_probability(logits) < p_min:
                 return None, None
             return token, None
         q = probabilities(logits, params)
@@ -139,11 +146,6 @@ class DraftModelDrafter:
 
     def rewind(self, context: Sequence[int]) -> None:
         self.model.rollback(self.model.common_prefix(context))
-
-
-def _top_probability(logits: np.ndarray) -> float:
-    shifted = logits - logits.max()
-    return float(1.0 / np.exp(shifted, dtype=np.float64).sum())
 
 
 class NgramDrafter:

@@ -190,7 +190,7 @@ class ChatSession:
         n = _parse(arg, int, "/draft-max N", "a whole number of tokens, e.g. /draft-max 4")
         if not 1 <= n <= 64:
             raise UsageError(f"/draft-max must be between 1 and 64, got {n}")
-        self.engine.draft_max = n
+        self.engine.draft_max = self.engine.adaptive_draft_max = n
         if getattr(self.engine, "controller", None) is not None:
             self.engine.controller = None  # the next answer builds one with the new maximum
         self.view.info(f"draft-max set to {n}")

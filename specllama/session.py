@@ -15,7 +15,8 @@ from specllama.backend import LlamaBackend, build_facts, default_threads
 from specllama.catalog import DRAFTERS
 from specllama.chat import Message, plain_prompt, render_chat
 from specllama.compat import check_compatible
-from specllama.controller import AdaptiveController, Costs, DraftController, FixedLength
+from specllama.controller import AdaptiveController, DraftController, FixedLength
+from specllama.costs import Costs
 from specllama.detok import TextStream
 from specllama.drafters import (
     CombinedDrafter,
@@ -39,12 +40,17 @@ def check_draft_max(draft_max: int) -> None:
         raise UsageError(f"--draft-max must be at least 1, got {draft_max}")
 
 
+ADAPTIVE_DRAFT_MAX = 16
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     target: Path
     draft: Path | None = None
     drafter: str = "model"  # one of DRAFTERS
-    draft_max: int = 4
+    draft_max: int = 4  # --fixed drafts this many tokens a round
+    # The adaptive controller's cap on the draft model: it chooses shorter drafts itself.
+    adaptive_draft_max: int = ADAPTIVE_DRAFT_MAX
     n_ctx: int = 4096
     n_gpu_layers: int = 0
     n_gpu_layers_draft: int = 0
@@ -57,6 +63,7 @@ class EngineConfig:
     def __post_init__(self) -> None:
         check_drafter(self.drafter)
         check_draft_max(self.draft_max)
+        check_draft_max(self.adaptive_draft_max)
         if self.n_ctx < 16:
             raise UsageError(f"--ctx must be at least 16, got {self.n_ctx}")
         if self.drafter == "model" and self.draft is None:
@@ -87,6 +94,7 @@ class Engine:
             check_compatible(self.draft_model, self.target)
         self.drafter = self._make_drafter(config.drafter)
         self.draft_max = config.draft_max
+        self.adaptive_draft_max = config.adaptive_draft_max
         self.costs: Costs | None = None
         self.controller: DraftController | None = None  # adaptive: kept across generations
 
@@ -171,7 +179,7 @@ class Engine:
         """A fresh controller: adaptive (calibrating first if needed) or fixed at draft_max."""
         if not (self.config.adaptive if adaptive is None else adaptive):
             return FixedLength(self.draft_max)
-        return AdaptiveController(self.calibrate(), draft_max=self.draft_max)
+        return AdaptiveController(self.calibrate(), draft_max=self.adaptive_draft_max)
 
     def default_controller(self) -> DraftController:
         if self.controller is None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -50,7 +50,8 @@ class RoundEvent:
     n_accepted: int
     draft_s: float  # time in the draft's decode this round
     target_s: float  # time in the target's verify decode this round
-    source: str = ""  # who was asked to draft ("model", "ngram"; "" when nobody was asked)
+    source: str = ""  # who was asked to draft ("model", "ngramN"; "" when nobody was asked)
+    wall_s: float = 0.0  # the whole round, from choosing what to draft to the rollback
 
 
 @dataclass(frozen=True)
@@ -130,10 +131,14 @@ def generate(
             if room < 0:
                 reason = "context"
                 break
+            round_started = time.perf_counter()
             left = max_tokens - stats.n_generated
-            source, k = controller.choose(drafter.sources(context), left)
+            source, k = controller.choose(
+                drafter.sources(context), remaining=left, generated=stats.n_generated
+            )
             k = max(0, min(k, left - 1, room))
             round_ = _round(target, drafter, context, k, source, controller, params, rng)
+            round_.event = replace(round_.event, wall_s=time.perf_counter() - round_started)
             controller.observe(round_.event)
             stats.record_round(round_.event.n_drafted, round_.event.n_accepted)
             yield round_.event
@@ -184,7 +189,7 @@ def _round(
 
     target_clock = target.decode_seconds
     batch = [context[-1], *draft.tokens]
-    rows = target.decode(batch, range(len(batch)))
+    rows = target.decode(batch, range(len(batch)), copy=False)  # read before the next decode
     target_s = target.decode_seconds - target_clock
 
     n_accepted, next_token = verify(rows, draft, params, rng)

@@ -112,6 +112,7 @@ def test_the_bundled_prompt_set():
         "qa",
         "translation",
         "chat",
+        "extraction",
     }
     assert min(counts.values()) >= 4
     assert any(len(p.messages) > 1 for p in prompts)  # multi-turn ones too

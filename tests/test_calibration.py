@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from specllama import calibration
-from specllama.controller import Costs
+from specllama.costs import Costs
 
 
 class TimedFake:

@@ -13,6 +13,7 @@ from specllama.sampling import (
     residual,
     sample,
     top_k_indices,
+    top_probability,
 )
 
 LOGITS = np.log(np.array([0.5, 0.25, 0.125, 0.0625, 0.0625]))
@@ -95,3 +96,13 @@ def test_fast_top_k_equals_a_full_partition_with_and_without_ties(k):
         full = np.argpartition(logits, logits.size - k)[logits.size - k :]
         assert len(set(fast)) == k
         np.testing.assert_array_equal(np.sort(logits[fast]), np.sort(logits[full]))
+
+
+@pytest.mark.parametrize("spread", [0.5, 3.0, 8.0])
+def test_top_probability_is_the_softmax_maximum(spread):
+    rng = np.random.default_rng(0)
+    logits = (rng.standard_normal(151_936) * spread).astype(np.float32)
+    logits[7] += 12.0
+    shifted = logits.astype(np.float64) - logits.max()
+    exact = 1.0 / np.exp(shifted).sum()
+    assert top_probability(logits) == pytest.approx(exact, rel=0.02)

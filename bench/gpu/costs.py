@@ -20,7 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from specllama.backend import LlamaBackend, build_facts
-from specllama.controller import FixedLength, expected_tokens
+from specllama.controller import FixedLength
+from specllama.costs import expected_tokens
 from specllama.drafters import DraftModelDrafter, NoDrafter
 from specllama.sampling import SamplingParams
 from specllama.speculative import FinishEvent, generate

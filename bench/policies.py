@@ -1,0 +1,158 @@
+#!/usr/bin/env python3
+"""Compare drafting policies offline: record what a draft/target pair does on the bench prompts
+once, then replay it against the adaptive controller and fixed draft lengths on any machine's
+costs (specllama.simulator). Seconds instead of an hour a comparison, and the same answers
+for every policy, so differences are the policy's alone.
+
+    python bench/policies.py record --target T.gguf --draft D.gguf --out traces.json [-n 128]
+    python bench/policies.py replay traces.json [--costs traces|h200|h200-measured]
+    python bench/policies.py gpu          # synthetic pairs of controlled acceptance, H200 costs
+
+`record` runs the target alone on each prompt (greedy), evaluates the draft model on the answer
+(teacher forcing) and looks up n-grams, and stores the machine's measured costs with it.
+Replayed times are the cost model's, not measurements: `specllama bench` measures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+from specllama.controller import AdaptiveController, FixedLength
+from specllama.costs import Costs
+from specllama.simulator import MachineCosts, Trace, simulate, synthetic_trace
+
+# NVIDIA H200, 7B-shaped F16 target, 0.5B-shaped draft (DESIGN.md, issue 9): one target token
+# 7.2 ms, verifying 2/4/8/16 tokens 1.25/1.28/1.36/1.74x, a draft step 0.23x.
+T1 = 0.0072
+H200 = Costs(
+    verify_s=((1, T1), (2, 1.25 * T1), (4, 1.28 * T1), (8, 1.36 * T1), (16, 1.74 * T1)),
+    draft_step_s=0.23 * T1,
+    draft_catchup_s=0.003 * T1,
+)
+# What the fixed chains measured there (model:4 1.27x, model:8 1.45x at a = 0.95) imply the
+# rounds really cost: draft steps 1.55x the calibrated step, and 6 ms a round besides.
+H200_MEASURED = MachineCosts(H200, draft_step_factor=1.55, overhead_round_s=0.84 * T1)
+FIXED = {"model:2": 2, "model:4": 4, "model:8": 8}
+NGRAM = "ngram:8"
+
+
+def policies(costs: Costs) -> dict[str, tuple[object, dict[str, bool]]]:
+    """name -> (controller factory, which sources it may use)."""
+    chosen: dict[str, tuple[object, dict[str, bool]]] = {
+        name: (lambda k=k: FixedLength(k), {"ngram": False}) for name, k in FIXED.items()
+    }
+    chosen[NGRAM] = (lambda: FixedLength(8), {"draft_model": False})
+    chosen["adaptive"] = (lambda: AdaptiveController(costs), {})
+    return chosen
+
+
+# -- record -----------------------------------------------------------------------------------
+
+
+def record(args: argparse.Namespace) -> None:
+    from specllama import bench
+    from specllama.calibration import _cpu_name
+    from specllama.session import Engine, EngineConfig
+    from specllama.simulator import record_trace
+
+    prompts = bench.load_prompts(args.prompts)
+    config = EngineConfig(target=args.target, draft=args.draft, n_ctx=4096)
+    traces = []
+    with Engine(config) as engine:
+        costs = engine.calibrate()
+        for i, prompt in enumerate(prompts, 1):
+            tokens = engine.prompt_tokens(list(prompt.messages))
+            trace, _ = record_trace(
+                engine.target,
+                engine.draft_model,
+                tokens,
+                max_tokens=prompt.max_tokens or args.max_tokens,
+                name=prompt.id,
+                category=prompt.category,
+            )
+            traces.append(trace.as_dict())
+            print(f"{i}/{len(prompts)} {prompt.id}: {len(trace)} tokens", file=sys.stderr)
+    data = {
+        "cpu": _cpu_name(),
+        "target": Path(args.target).name,
+        "draft": Path(args.draft).name,
+        "costs": costs.as_dict(),
+        "traces": traces,
+    }
+    Path(args.out).write_text(json.dumps(data) + "\n", encoding="utf-8")
+
+
+# -- replay -----------------------------------------------------------------------------------
+
+
+def replay(args: argparse.Namespace) -> None:
+    data = json.loads(Path(args.traces).read_text(encoding="utf-8"))
+    traces = [Trace.from_dict(t) for t in data["traces"]]
+    costs = Costs.from_dict(data["costs"]) if args.costs == "traces" else H200
+    machine = H200_MEASURED if args.costs == "h200-measured" else MachineCosts(costs)
+    print(f"traces: {data['target']} + {data['draft']} on {data['cpu']}; costs: {args.costs}")
+    speedups: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for trace in traces:
+        for name, (make, sources) in policies(costs).items():
+            result = simulate(trace, make(), machine, **sources)
+            speedups[name][trace.category].append(result.speedup)
+            speedups[name]["all"].append(result.speedup)
+    categories = [*sorted({t.category for t in traces}), "all"]
+    print("| policy | " + " | ".join(categories) + " | worst prompt |")
+    print("|---|" + "---:|" * (len(categories) + 1))
+    for name, by_category in speedups.items():
+        cells = [f"{statistics.median(by_category[c]):.2f}x" for c in categories]
+        print(f"| {name} | " + " | ".join(cells) + f" | {min(by_category['all']):.2f}x |")
+
+
+# -- gpu --------------------------------------------------------------------------------------
+
+
+def gpu(args: argparse.Namespace) -> None:
+    for label, machine in (("as calibrated", MachineCosts(H200)), ("as measured", H200_MEASURED)):
+        print(f"H200 costs {label}; {args.n} tokens, median of {args.traces} synthetic pairs")
+        print("| a | " + " | ".join(policies(H200)) + " |")
+        print("|---|" + "---:|" * len(policies(H200)))
+        for a in (0.95, 0.8, 0.6):
+            traces = [
+                synthetic_trace(args.n, a, np.random.default_rng(seed), n_prompt=40)
+                for seed in range(args.traces)
+            ]
+            cells = []
+            for make, sources in policies(H200).values():
+                runs = [
+                    simulate(t, make(), machine, seed=i, **sources) for i, t in enumerate(traces)
+                ]
+                cells.append(f"{statistics.median(r.speedup for r in runs):.2f}x")
+            print(f"| {a} | " + " | ".join(cells) + " |")
+        print()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    rec = sub.add_parser("record")
+    rec.add_argument("--target", required=True)
+    rec.add_argument("--draft", required=True)
+    rec.add_argument("--out", required=True)
+    rec.add_argument("--prompts", type=Path, default=None)
+    rec.add_argument("-n", "--max-tokens", type=int, default=128)
+    rep = sub.add_parser("replay")
+    rep.add_argument("traces")
+    rep.add_argument("--costs", choices=["traces", "h200", "h200-measured"], default="traces")
+    g = sub.add_parser("gpu")
+    g.add_argument("-n", type=int, default=256)
+    g.add_argument("--traces", type=int, default=25)
+    args = parser.parse_args()
+    {"record": record, "replay": replay, "gpu": gpu}[args.command](args)
+
+
+if __name__ == "__main__":
+    main()
