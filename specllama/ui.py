@@ -355,3 +355,35 @@ def write_json_line(obj: dict[str, object]) -> None:
     """One JSON object per line on stdout, flushed at once (for --jsonl consumers)."""
     sys.stdout.write(json.dumps(obj, ensure_ascii=False) + "\n")
     sys.stdout.flush()
+
+
+# -- serve: the ready banner and the server's log lines ---------------------------------------
+
+
+def print_serving(url: str, facts: list[str], console: Console | None = None) -> None:
+    console = console or stderr_console()
+    console.print(Text.assemble(("specllama serve ", "bold"), (url, "bold cyan")), soft_wrap=True)
+    for fact in facts:
+        console.print(Text(f"  {fact}", style="dim"), soft_wrap=True)
+
+
+def show_log(logger: logging.Logger, console: Console | None = None) -> None:
+    """Print the logger's records from INFO up as lines on stderr, terminal or not (a server's
+    log is read from files too), and only here: not also as the `specllama` logger's notices."""
+    logger.addHandler(LogLines(console))
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+
+
+class LogLines(logging.Handler):
+    """Log records as lines on stderr: dim for information, yellow for warnings, red errors."""
+
+    def __init__(self, console: Console | None = None) -> None:
+        super().__init__()
+        self.console = console or stderr_console()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        style = "dim"
+        if record.levelno >= logging.WARNING:
+            style = "red" if record.levelno >= logging.ERROR else "yellow"
+        self.console.print(Text(self.format(record), style=style), soft_wrap=True)
