@@ -73,11 +73,22 @@ def library_folder() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "lib"
 
 
-def _library_file(folder: Path, stem: str) -> Path | None:
-    for name in (f"lib{stem}.so", f"lib{stem}.dylib", f"{stem}.dll"):
-        if (folder / name).exists():
-            return folder / name
-    return None
+def _open_library(folder: Path, stem: str) -> ctypes.CDLL | None:
+    """The copy of lib`stem` that this process uses. A wheel cannot hold symlinks, so the folder
+    has libggml-base.so, .so.0 and .so.0.25.3 as three files: opening another one than llama.cpp
+    did would load a second ggml, with its own abort callback and device list."""
+    prefixes = (f"lib{stem}.", f"{stem}.")
+    found = [p for p in folder.glob(f"*{stem}.*") if p.name.startswith(prefixes)]
+    found = [p for p in found if ".so" in p.name or p.suffix in (".dylib", ".dll")]
+    # The soname first (libggml-base.so.0: what the other libraries ask for), then shortest.
+    found.sort(key=lambda p: (p.name.partition(".so")[2].count(".") != 1, len(p.name)))
+    no_load = getattr(os, "RTLD_NOLOAD", 0)
+    for path in found if no_load else ():  # the copy already loaded, if there is one
+        try:
+            return ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL | no_load)
+        except OSError:
+            continue
+    return ctypes.CDLL(str(found[0]), mode=ctypes.RTLD_GLOBAL) if found else None
 
 
 class Ggml:
@@ -87,9 +98,9 @@ class Ggml:
     def __init__(self, folder: Path) -> None:
         self.libs: dict[str, ctypes.CDLL] = {}
         for key, stem in (("base", "ggml-base"), ("ggml", "ggml"), ("rpc", "ggml-rpc")):
-            path = _library_file(folder, stem)
-            if path is not None:
-                self.libs[key] = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
+            library = _open_library(folder, stem)
+            if library is not None:
+                self.libs[key] = library
         if "base" not in self.libs:
             raise OSError(f"no ggml library in {folder}")
         for name, (key, argtypes, restype) in _SIGNATURES.items():

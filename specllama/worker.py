@@ -60,7 +60,7 @@ def serve(host: str, port: int, *, gpu: bool | None, threads: int | None, consol
         f"{d.name} ({d.description}, {d.free_bytes / 1e9:.1f} GB free)" for d in devices
     )
     if any(d.is_cpu for d in devices):
-        served += f", {threads} threads"
+        served += f", {threads} thread{'s' if threads > 1 else ''}"
     ui.print_serving(
         endpoint,
         [
