@@ -116,3 +116,15 @@ def test_cached_calibrations_report_for_doctor(tmp_path):
     assert "target 1 token 40.0 ms" in entry["summary"]
     assert "draft step 20.0 ms" in entry["summary"]
     json.dumps(entry)  # JSON-ready for `doctor --json`
+
+
+def test_the_key_names_the_rpc_workers_and_stays_unchanged_without_them(tmp_path) -> None:
+    target = tmp_path / "t.gguf"
+    target.write_bytes(b"GGUF")
+    plain = calibration.calibration_key(target, None, n_threads=2)
+    assert "rpc" not in plain  # keys measured before --rpc existed still match
+    remote = calibration.calibration_key(
+        target, None, n_threads=2, workers=[("10.0.0.2:50052", 24 * 10**9)]
+    )
+    assert remote["rpc"] == [{"endpoint": "10.0.0.2:50052", "memory_total": 24 * 10**9}]
+    assert calibration._key_path(remote) != calibration._key_path(plain)
