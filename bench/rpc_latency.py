@@ -31,6 +31,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 PROMPTS = ("ce-rename", "ce-fstrings", "qa-tcp", "chat-story")  # copying, and free text
+REUSED: list[str] = []  # runs taken from an earlier invocation (--reuse)
 BENCH_ARGS = ["--configs", "target,model:3,adaptive", "-n", "48", "--repeats", "2"]
 
 
@@ -131,6 +132,7 @@ def bench(name: str, rpc: str | None, prompts: Path, extra: list[str], reuse: bo
     out = HERE / "results" / f"rpc-{name}.json"
     if reuse and out.exists():
         print(f"== {name}: reusing {out.relative_to(HERE.parent)}", file=sys.stderr)
+        REUSED.append(name)
         return json.loads(out.read_text())
     command = [sys.executable, "-m", "specllama", "bench", "--prompts", str(prompts)]
     command += [*BENCH_ARGS, *extra, "--json", str(out)] + (["--rpc", rpc] if rpc else [])
@@ -152,6 +154,23 @@ def _draft_length(runs: list[dict]) -> str:
     return f"{drafted / draft_rounds:.1f} ({draft_rounds / rounds:.0%})"
 
 
+def controller_view(report: dict) -> tuple[str, str]:
+    """What the adaptive controller makes of this setting's calibration, before any round: its
+    best draft-model length at acceptance 0.6 / 0.8 (with the speedup it expects), and the
+    lowest acceptance at which drafting with the model pays."""
+    from specllama.controller import MODEL, AdaptiveController
+    from specllama.costs import Costs
+
+    if not report.get("calibration"):
+        return "-", "-"
+    controller = AdaptiveController(Costs.from_dict(report["calibration"]))
+    best = [controller.best_length(MODEL, a) for a in (0.6, 0.8)]
+    table = controller.table(MODEL)
+    even = table.break_even(1 / controller.live.plain())
+    lengths = " / ".join(f"{k} ({speedup:.2f}x)" for k, speedup in best)
+    return lengths, "-" if even is None else f"{even:.2f}"
+
+
 def summary(name: str, rtt: str, report: dict, local_target: float) -> dict[str, str]:
     rows = {r["config"]: r for r in report["summary"] if r["category"] == "all"}
     adaptive = [r for r in report["runs"] if r["config"] == "adaptive"]
@@ -170,6 +189,9 @@ def summary(name: str, rtt: str, report: dict, local_target: float) -> dict[str,
         row = rows[config]
         speed, speedup = row["tokens_per_s"]["median"], row["speedup"]["median"]
         cells[f"{config} tok/s (speedup)"] = f"{speed:.1f} ({speedup:.2f}x)"
+    best, even = controller_view(report)
+    cells["best draft-model k at acceptance 0.6 / 0.8 (expected)"] = best
+    cells["drafting pays from acceptance"] = even
     for label, prefixes in (("copying", ("code-editing",)), ("free text", ("qa", "chat"))):
         runs = [r for r in adaptive if r["category"].startswith(prefixes)]
         cells[f"adaptive drafts/round, {label}"] = _draft_length(runs)
@@ -192,7 +214,7 @@ def main() -> None:
     parser.add_argument(
         "--reuse",
         action="store_true",
-        help="take the all-local and plain-worker runs from bench/results/ (only the delays run)",
+        help="take the runs whose JSON is in bench/results/ from there (none: only the table)",
     )
     parser.add_argument("bench_args", nargs="*", help="after --: more `specllama bench` options")
     args = parser.parse_args()
@@ -218,21 +240,22 @@ def main() -> None:
         for delay in (float(d) for d in args.delays.split(",")):
             proxy = DelayProxy(("127.0.0.1", port), delay / 1000)
             rtt = f"{round_trip_ms(delay / 1000):.2f}"
-            report = bench(f"worker-{delay:g}ms", f"127.0.0.1:{proxy.port}", prompts, extra)
+            name = f"worker-{delay:g}ms"
+            report = bench(name, f"127.0.0.1:{proxy.port}", prompts, extra, args.reuse)
             rows.append(summary(f"worker, proxy +{delay:g} ms", rtt, report, local_target))
     finally:
         worker.terminate()
         worker.wait(30)
     table = markdown(rows)
     command = " ".join(["python", "bench/rpc_latency.py", *sys.argv[1:]])
-    name = "rpc-latency.json" if args.delays == "1,5" else f"rpc-latency-{args.delays}.json"
-    (HERE / "results" / name).write_text(
+    (HERE / "results" / "rpc-latency.json").write_text(
         json.dumps(
             {
                 "command": command,
                 "prompts": list(PROMPTS),
                 "bench_args": BENCH_ARGS + extra,
                 "wall_s": round(time.monotonic() - started),
+                "reused": REUSED,
                 "rows": rows,
             },
             indent=2,
