@@ -17,7 +17,7 @@ import os
 import sys
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -26,7 +26,7 @@ import numpy as np
 import psutil
 
 from specllama import amx, ggml_rpc, rpc
-from specllama.errors import ContextOverflowError, ModelLoadError, RpcError, SpecllamaError
+from specllama.errors import ContextOverflowError, ModelLoadError, RpcError
 
 log = logging.getLogger("specllama.llama_cpp")
 
@@ -107,29 +107,7 @@ def _local_gpus() -> list[ggml_rpc.Device]:
     return [d for d in _ggml().local_devices() if d.kind in kinds]
 
 
-FatalHandler = Callable[[SpecllamaError], None]
-_fatal_handler: list[FatalHandler] = []
 _rpc_endpoints: list[str] = []  # the workers this process uses, named when one is lost
-
-
-def set_fatal_handler(handler: FatalHandler) -> None:
-    """What reports an error the process cannot survive (an RPC worker lost in the middle of a
-    decode: llama.cpp aborts, or waits forever). The process ends after it, with the error's
-    exit code. The default writes one line on stderr."""
-    _fatal_handler[:] = [handler]
-
-
-def _fatal(error: SpecllamaError) -> None:
-    try:
-        (_fatal_handler[0] if _fatal_handler else _write_fatal)(error)
-    finally:
-        os._exit(error.exit_code)
-
-
-def _write_fatal(error: SpecllamaError) -> None:
-    hint = f" (hint: {error.hint})" if error.hint else ""
-    sys.stderr.write(f"error: {error}{hint}\n")
-    sys.stderr.flush()
 
 
 @ggml_rpc.ABORT_CALLBACK
@@ -140,7 +118,7 @@ def _on_abort(message: bytes) -> None:
     if "ggml-rpc" not in text or os.environ.get("SPECLLAMA_DEBUG") == "1":
         sys.stderr.write(text + "\n")
         return
-    _fatal(rpc.describe_abort(text, list(_recent_log), _rpc_endpoints, build_facts().version))
+    rpc.fatal(rpc.describe_abort(text, list(_recent_log), _rpc_endpoints, build_facts().version))
 
 
 def _check_rpc() -> None:
@@ -304,7 +282,7 @@ class LlamaBackend(EvaluatedTokens):
         model_params.use_extra_bufts = extra_buffers
         if self.workers:
             self._watchdog = rpc.Watchdog(
-                rpc_timeout_s, lambda: _fatal(rpc.timeout_error(self.workers, rpc_timeout_s))
+                rpc_timeout_s, lambda: rpc.fatal(rpc.timeout_error(self.workers, rpc_timeout_s))
             )
             with self._watchdog.armed():
                 handles = _rpc_devices(self.workers)

@@ -18,7 +18,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 
 from specllama import amx, hub, rpc, ui, ui_catalog
-from specllama.backend import build_facts, set_fatal_handler
+from specllama.backend import build_facts
 from specllama.catalog import Catalog, ModelRef, Pair, load_catalog, parse_ref
 from specllama.drafters import NoDrafter
 from specllama.errors import RpcError, SpecllamaError, UsageError
@@ -40,7 +40,7 @@ def friendly_errors(command: F) -> F:
 
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        set_fatal_handler(_report_fatal)
+        rpc.set_fatal_handler(_report_fatal)
         try:
             return command(*args, **kwargs)
         except SpecllamaError as exc:

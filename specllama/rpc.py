@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from specllama.errors import RpcError, UsageError
+from specllama.errors import RpcError, SpecllamaError, UsageError
 
 DEFAULT_PORT = 50052  # llama.cpp's rpc-server's, and `specllama worker`'s
 CONNECT_TIMEOUT_S = 5.0
@@ -267,6 +267,33 @@ def timeout_from_env() -> float:
     return value
 
 
+# -- errors the process cannot survive -------------------------------------------------------
+
+FatalHandler = Callable[[SpecllamaError], None]
+_fatal_handler: list[FatalHandler] = []
+
+
+def set_fatal_handler(handler: FatalHandler) -> None:
+    """What reports an error the process cannot survive (an RPC worker lost in the middle of a
+    decode: llama.cpp aborts, or waits forever). The process ends after it, with the error's
+    exit code. The default writes one line on stderr."""
+    _fatal_handler[:] = [handler]
+
+
+def fatal(error: SpecllamaError) -> None:
+    """Report `error` (the handler above), then end the process at once: no return."""
+    try:
+        (_fatal_handler[0] if _fatal_handler else _write_fatal)(error)
+    finally:
+        os._exit(error.exit_code)
+
+
+def _write_fatal(error: SpecllamaError) -> None:
+    hint = f" (hint: {error.hint})" if error.hint else ""
+    sys.stderr.write(f"error: {error}{hint}\n")
+    sys.stderr.flush()
+
+
 # -- the watchdog --------------------------------------------------------------------------------
 
 
@@ -274,7 +301,7 @@ class Watchdog:
     """Calls `on_timeout` when an `armed()` span goes `timeout_s` without `feed()`.
 
     llama.cpp waits for a worker's answer without a timeout, inside a C call that Python cannot
-    interrupt, so `on_timeout` must end the process (backend.py's fatal path does).
+    interrupt, so `on_timeout` must end the process (`fatal` above does).
     """
 
     def __init__(self, timeout_s: float, on_timeout: Callable[[], None]) -> None:
