@@ -9,8 +9,10 @@ import json
 import logging
 import os
 import signal
+import socket
 import subprocess
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -216,6 +218,7 @@ def test_serve_answers_through_a_worker(
                 break
         assert url, "the server did not start"
         assert "layers on RPC workers" in server.stderr.readline()
+        _wait_until_listening(url)  # the banner comes first; the socket listens once ready
         messages = [{"role": "user", "content": PROMPT}]
         body = {"model": smol_f32.name, "max_tokens": N, "messages": messages}
         request = urllib.request.Request(
@@ -223,12 +226,29 @@ def test_serve_answers_through_a_worker(
             json.dumps(body).encode(),
             {"Content-Type": "application/json"},
         )
-        with urllib.request.urlopen(request, timeout=120) as reply:
-            answer = json.load(reply)
+        try:
+            with urllib.request.urlopen(request, timeout=120) as reply:
+                answer = json.load(reply)
+        except OSError as exc:  # say why: the server's own last words
+            server.send_signal(signal.SIGINT)
+            _, rest = server.communicate(timeout=30)
+            raise AssertionError(f"{exc}; the server (exit {server.returncode}): {rest}") from exc
         assert answer["choices"][0]["message"]["content"] == reference[1]["text"]
     finally:
         server.send_signal(signal.SIGINT)
         server.wait(30)
+
+
+def _wait_until_listening(url: str, timeout: float = 60) -> None:
+    address = urllib.parse.urlsplit(url)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection((address.hostname, address.port), timeout=5).close()
+            return
+        except OSError:
+            assert time.monotonic() < deadline, f"{url} never listened"
+            time.sleep(0.1)
 
 
 def test_models_counts_the_workers_memory(workers: list[WorkerProcess], env) -> None:
