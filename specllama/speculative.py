@@ -30,7 +30,7 @@ from specllama.controller import DraftController, FixedLength
 from specllama.costs import MODEL, kind_of
 from specllama.drafters import Draft, Drafter
 from specllama.errors import ContextOverflowError, UsageError
-from specllama.pipeline import AheadReport, DraftAhead
+from specllama.pipeline import DraftAhead
 from specllama.sampling import (
     Distribution,
     SamplingParams,
@@ -214,8 +214,7 @@ def _round(
     ahead: DraftAhead,
 ) -> _Round:
     draft, draft_s, carried = _draft(drafter, context, plan, controller, params, rng, ahead)
-    drafting_ahead = plan.ahead_max and draft.tokens and not target.is_eog(draft.tokens[-1])
-    if drafting_ahead:
+    if plan.ahead_max and draft.tokens and not target.is_eog(draft.tokens[-1]):
         tokens = [*context, *draft.tokens]
         p_min = controller.min_confidence
         ahead.start(
@@ -230,8 +229,7 @@ def _round(
     n_accepted, next_token = verify(rows, draft, params, rng)
     # Keep pending + accepted drafts evaluated; next_token becomes the new pending token.
     target.rollback(len(context) + n_accepted)
-    report = ahead.finish(n_accepted == len(draft), next_token) if drafting_ahead else None
-    report = report or AheadReport()
+    report = ahead.finish(n_accepted == len(draft), next_token)  # empty if none was started
     event = RoundEvent(
         len(draft),
         n_accepted,
@@ -257,10 +255,10 @@ def _draft(
 ) -> tuple[Draft, float, bool]:
     """The round's draft, the seconds it took to make, and whether it was made ahead last
     round (a draft model's draft is, when the last round went as its draft ahead guessed)."""
-    carried = ahead.take(context, plan.k) if kind_of(plan.source) == MODEL else None
-    if carried is not None:
+    if kind_of(plan.source) != MODEL:
+        ahead.drop()
+    elif (carried := ahead.take(context, plan.k)) is not None:
         return carried, 0.0, True
-    ahead.drop()
     if not plan.k:
         return Draft(), 0.0, False
     clock = drafter.decode_seconds
