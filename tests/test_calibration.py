@@ -53,6 +53,7 @@ def test_measure_times_every_verify_size_and_the_draft():
     assert costs.draft_catchup_s == pytest.approx((0.002 + 0.001 * 32) / 32)
     assert target.tokens == [] and draft.tokens == []  # both contexts left empty
     assert max(target.batches) == calibration.CONTEXT_TOKENS
+    assert costs.overlap == 1.0  # not measured side by side: no gain assumed
 
 
 def test_measure_without_a_draft_model():
@@ -138,8 +139,8 @@ class SleepingFake(TimedFake):
 def test_overlap_is_measured_side_by_side(shared, expected):
     lock = threading.Lock() if shared else None
     target, draft = SleepingFake(0.010, 0.002, lock), SleepingFake(0.002, 0.0005, lock)
-    overlap = calibration.measure_overlap(target, draft, repeats=2)
-    assert overlap == pytest.approx(expected, abs=0.35)
+    costs = calibration.measure(target, draft, sizes=(1, 5), repeats=2, side_by_side=True)
+    assert costs.overlap == pytest.approx(expected, abs=0.35)
     assert target.tokens == [] and draft.tokens == []
 
 
