@@ -95,13 +95,15 @@ class DraftAhead:
     def finish(self, all_accepted: bool, next_token: int) -> AheadReport:
         """Wait for the draft ahead (stopping it first when the round rejected a draft) and
         keep what follows `next_token` when the round went as it guessed."""
-        running, self._running = self._running, None
+        running = self._running
         if running is None:
             return AheadReport()
         if not all_accepted:
             running.stop.set()
         started = time.perf_counter()
+        # Still the job under way while waiting: a Ctrl-C here leaves close() to stop it.
         ahead, seconds = running.future.result()
+        self._running = None
         wait = time.perf_counter() - started
         if all_accepted and len(ahead) > 1 and ahead.tokens[0] == next_token:
             self._carry = carried(ahead)

@@ -6,6 +6,7 @@ test_speculative_real.py."""
 from __future__ import annotations
 
 import gc
+import signal
 import threading
 import time
 
@@ -210,6 +211,32 @@ def test_a_rejection_stops_the_draft_ahead_and_leaves_no_draft():
     assert report.n_ahead == 1 and report.wait_s < 4.0
     assert ahead.take([1, 2, 3, 7], 4) is None
     ahead.close()
+
+
+def test_a_ctrl_c_while_waiting_for_the_draft_ahead_stops_it():
+    """Interrupted in finish (the loop waiting for a draft ahead that all accepted drafts let
+    run on), close() still stops the job rather than waiting for it to end by itself."""
+    ahead, drafter = DraftAhead(), BlockingDrafter()
+    ahead.start(
+        drafter, [1, 2, 3], 5, GREEDY, np.random.default_rng(), source="model", min_confidence=None
+    )
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.05)
+        with pytest.raises(KeyboardInterrupt):
+            ahead.finish(all_accepted=True, next_token=7)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    started = time.perf_counter()
+    ahead.close()
+    assert drafter.stopped.is_set()
+    assert time.perf_counter() - started < 2.0  # not the drafter's own 5 s
+    assert not workers()
 
 
 def test_a_draft_made_ahead_is_used_once_and_only_for_its_context():
