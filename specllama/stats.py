@@ -23,6 +23,8 @@ class GenerationStats:
     time_s: float = 0.0  # generation after the prefill
     target_s: float = 0.0  # inside the target's llama_decode during generation
     draft_s: float = 0.0  # inside the draft's llama_decode
+    # Of draft_s, what ran beside the target's verify (pipelined drafting): off the clock.
+    draft_hidden_s: float = 0.0
     finish_reason: str = ""
 
     def record_round(self, n_drafted: int, n_accepted: int) -> None:
@@ -49,7 +51,7 @@ class GenerationStats:
     @property
     def overhead_s(self) -> float:
         """Time in Python (sampling, bookkeeping, drafting logic): neither model's decode."""
-        return max(self.time_s - self.target_s - self.draft_s, 0.0)
+        return max(self.time_s - self.target_s - self.draft_s + self.draft_hidden_s, 0.0)
 
     @property
     def overhead_ms_per_round(self) -> float:
@@ -68,6 +70,7 @@ class GenerationStats:
             "time_s",
             "target_s",
             "draft_s",
+            "draft_hidden_s",
         ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.accepted_histogram.update(other.accepted_histogram)
@@ -88,6 +91,7 @@ class GenerationStats:
             "accepted_histogram": {str(k): v for k, v in sorted(self.accepted_histogram.items())},
             "target_s": round(self.target_s, 4),
             "draft_s": round(self.draft_s, 4),
+            "draft_hidden_s": round(self.draft_hidden_s, 4),
             "overhead_ms_per_round": round(self.overhead_ms_per_round, 4),
             "finish_reason": self.finish_reason,
         }
