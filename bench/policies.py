@@ -6,7 +6,7 @@ for every policy, so differences are the policy's alone.
 
     python bench/policies.py record --target T.gguf --draft D.gguf --out traces.json [-n 128]
     python bench/policies.py replay traces.json [--costs traces|h200|h200-measured]
-    python bench/policies.py gpu          # synthetic pairs of controlled acceptance, H200 costs
+    python bench/policies.py gpu [--overlap 0 0.5 1]   # controlled-acceptance pairs, H200 costs
 
 `record` runs the target alone on each prompt (greedy), evaluates the draft model on the answer
 (teacher forcing) and looks up n-grams, and stores the machine's measured costs with it.
@@ -16,6 +16,7 @@ Replayed times are the cost model's, not measurements: `specllama bench` measure
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
@@ -39,18 +40,34 @@ H200 = Costs(
 # What the fixed chains measured there (model:4 1.27x, model:8 1.45x at a = 0.95) imply the
 # rounds really cost: draft steps 1.55x the calibrated step, and 6 ms a round besides.
 H200_MEASURED = MachineCosts(H200, draft_step_factor=1.55, overhead_round_s=0.84 * T1)
+# Python time a pipelined round adds (handing the draft ahead to the worker thread and back):
+# 0.45 ms, measured with the fake backend (free decodes) on the 2-core Xeon, k = 4, 400 rounds:
+# 0.52 ms a pipelined round against 0.08 ms a chained one; not measured on a GPU machine.
+AHEAD_OVERHEAD_S = 0.00045
 FIXED = {"model:2": 2, "model:4": 4, "model:8": 8}
+PIPED = {"pipe:4": 4, "pipe:8": 8}
 NGRAM = "ngram:8"
 
 
-def policies(costs: Costs) -> dict[str, tuple[object, dict[str, bool]]]:
+def policies(costs: Costs, *, pipelined: bool = False) -> dict[str, tuple[object, dict]]:
     """name -> (controller factory, which sources it may use)."""
-    chosen: dict[str, tuple[object, dict[str, bool]]] = {
+    chosen: dict[str, tuple[object, dict]] = {
         name: (lambda k=k: FixedLength(k), {"ngram": False}) for name, k in FIXED.items()
     }
+    if pipelined:
+        for name, k in PIPED.items():
+            chosen[name] = (lambda k=k: FixedLength(k, pipelined=True), {"ngram": False})
     chosen[NGRAM] = (lambda: FixedLength(8), {"draft_model": False})
     chosen["adaptive"] = (lambda: AdaptiveController(costs), {})
     return chosen
+
+
+def with_overlap(machine: MachineCosts, overlap: float) -> MachineCosts:
+    """The machine with this overlap (lambda), calibrated as such: what its controller is told."""
+    costs = dataclasses.replace(machine.costs, overlap=overlap)
+    return dataclasses.replace(
+        machine, costs=costs, overlap=overlap, overhead_ahead_s=AHEAD_OVERHEAD_S
+    )
 
 
 # -- record -----------------------------------------------------------------------------------
@@ -116,23 +133,32 @@ def replay(args: argparse.Namespace) -> None:
 
 
 def gpu(args: argparse.Namespace) -> None:
-    for label, machine in (("as calibrated", MachineCosts(H200)), ("as measured", H200_MEASURED)):
-        print(f"H200 costs {label}; {args.n} tokens, median of {args.traces} synthetic pairs")
-        print("| a | " + " | ".join(policies(H200)) + " |")
-        print("|---|" + "---:|" * len(policies(H200)))
-        for a in (0.95, 0.8, 0.6):
-            traces = [
-                synthetic_trace(args.n, a, np.random.default_rng(seed), n_prompt=40)
-                for seed in range(args.traces)
-            ]
-            cells = []
-            for make, sources in policies(H200).values():
-                runs = [
-                    simulate(t, make(), machine, seed=i, **sources) for i, t in enumerate(traces)
+    """Predicted speedups on the H200's costs, for each overlap lambda asked: 0 = the verify and
+    the draft ahead run fully in parallel, 1 = in turn (then the pipeline never pays)."""
+    machines = (("as calibrated", MachineCosts(H200)), ("as measured", H200_MEASURED))
+    for label, base in machines:
+        for overlap in args.overlap:
+            machine = with_overlap(base, overlap)
+            names = policies(machine.costs, pipelined=True)
+            print(
+                f"H200 costs {label}, overlap {overlap}; {args.n} tokens, median of {args.traces}"
+            )
+            print("| a | " + " | ".join(names) + " |")
+            print("|---|" + "---:|" * len(names))
+            for a in (0.95, 0.8, 0.6):
+                traces = [
+                    synthetic_trace(args.n, a, np.random.default_rng(seed), n_prompt=40)
+                    for seed in range(args.traces)
                 ]
-                cells.append(f"{statistics.median(r.speedup for r in runs):.2f}x")
-            print(f"| {a} | " + " | ".join(cells) + " |")
-        print()
+                cells = []
+                for make, sources in names.values():
+                    runs = [
+                        simulate(t, make(), machine, seed=i, **sources)
+                        for i, t in enumerate(traces)
+                    ]
+                    cells.append(f"{statistics.median(r.speedup for r in runs):.2f}x")
+                print(f"| {a} | " + " | ".join(cells) + " |")
+            print()
 
 
 def main() -> None:
@@ -150,6 +176,7 @@ def main() -> None:
     g = sub.add_parser("gpu")
     g.add_argument("-n", type=int, default=256)
     g.add_argument("--traces", type=int, default=25)
+    g.add_argument("--overlap", type=float, nargs="+", default=[0.0, 0.5, 1.0])
     args = parser.parse_args()
     {"record": record, "replay": replay, "gpu": gpu}[args.command](args)
 

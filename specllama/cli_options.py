@@ -316,6 +316,8 @@ PromptsFile = Annotated[
 Configs = Annotated[
     str,
     typer.Option(
-        "--configs", help="Comma-separated: target, model:K, ngram:K, adaptive (target is implied)."
+        "--configs",
+        help="Comma-separated: target, model:K, pipe:K (the draft model drafting the next "
+        "round while the target verifies), ngram:K, adaptive (target is implied).",
     ),
 ]

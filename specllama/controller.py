@@ -40,6 +40,12 @@ The draft model also stops drafting at the first token whose probability under t
 below `min_confidence` (llama.cpp's p-min), the break-even point of the costs: one more draft
 token is worth it when its chance of acceptance exceeds (c_draft + dV + o) / C(0), with dV the
 verify cost of one more token in the batch.
+
+Pipelined drafting (`pipelined`): the draft model's rounds can also make the next draft while
+the target verifies (`specllama.costs`, P_s(k)). For each acceptance the draft model's table
+keeps whichever of the chain and the pipeline has the better rate; where the two models cannot
+run side by side (overlap lambda >= 1, as on CPU cores) the pipeline never has, and is never
+chosen.
 """
 
 from __future__ import annotations
@@ -64,6 +70,8 @@ SourceOption = tuple[str, int]
 class DraftController(Protocol):
     # The draft model stops at a token whose top probability is below this; None: the drafter's.
     min_confidence: float | None
+    # Whether the draft model's round chosen last drafts its next draft while the target verifies.
+    pipelined: bool
 
     def choose(
         self, options: Sequence[SourceOption], *, remaining: int, generated: int
@@ -76,12 +84,14 @@ class DraftController(Protocol):
 
 
 class FixedLength:
-    """Always draft the same number of tokens, from the first source offered."""
+    """Always draft the same number of tokens, from the first source offered; `pipelined`:
+    the draft model drafts the next round's tokens while the target verifies."""
 
     min_confidence: float | None = None
 
-    def __init__(self, draft_max: int) -> None:
+    def __init__(self, draft_max: int, *, pipelined: bool = False) -> None:
         self.draft_max = draft_max
+        self.pipelined = pipelined
 
     def choose(
         self, options: Sequence[SourceOption], *, remaining: int = 0, generated: int = 0
@@ -140,7 +150,8 @@ class _Source:
 
 class _RateTable:
     """Best draft length and its rate (tokens/s) for each acceptance on a grid, for one kind of
-    source, at the current costs: one lookup a round instead of a search."""
+    source, at the current costs: one lookup a round instead of a search. For the draft model,
+    also whether that best is a pipelined round (`pipelined_at`)."""
 
     def __init__(self, live: LiveCosts, kind: str, k_max: int) -> None:
         a = np.linspace(0.0, 1.0, _GRID + 1)[:, None]
@@ -153,11 +164,30 @@ class _RateTable:
         self.kind = kind
         self.k = rates.argmax(axis=1)
         self.rate = rates.max(axis=1)
+        self.pipelined = np.zeros(len(self.k), dtype=bool)
+        if kind == MODEL and live.overlap < 1.0:
+            self._add_pipelined(live, a, k, tokens)
         self.version = live.version
+
+    def _add_pipelined(
+        self, live: LiveCosts, a: np.ndarray, k: np.ndarray, tokens: np.ndarray
+    ) -> None:
+        """Where a pipelined round of some length beats the best chain, take it."""
+        survive = a ** (k + 1)  # all k drafts and the guess for the target's token right
+        both, serial, python = np.array([live.pipelined_parts(n) for n in range(k.shape[1])]).T
+        rates = tokens / (survive * both + (1.0 - survive) * serial + python)
+        rates[:, 0] = 0.0
+        better = rates.max(axis=1) > self.rate
+        self.k = np.where(better, rates.argmax(axis=1), self.k)
+        self.rate = np.where(better, rates.max(axis=1), self.rate)
+        self.pipelined = better
 
     def at(self, a: float) -> tuple[int, float]:
         i = min(max(round(a * _GRID), 0), _GRID)
         return int(self.k[i]), float(self.rate[i])
+
+    def pipelined_at(self, a: float) -> bool:
+        return bool(self.pipelined[min(max(round(a * _GRID), 0), _GRID)])
 
     def break_even(self, worth: float) -> float | None:
         """The lowest acceptance at which the best length beats the rate `worth`."""
@@ -204,6 +234,7 @@ class AdaptiveController:
         self.round = 0
         self._tables: dict[str, _RateTable] = {}
         self._backlog = 0  # the backlog of the source chosen for the round under way
+        self.pipelined = False  # the round under way makes its next draft while verifying
         self.min_confidence = self._break_even_confidence()
 
     def source(self, name: str) -> _Source:
@@ -238,6 +269,7 @@ class AdaptiveController:
         horizon = max(min(remaining, max(generated, self.min_horizon)), 1)  # tokens still expected
         best: tuple[str, int] = ("", 0)
         best_rate = worth
+        best_mean = 0.0
         self._backlog = 0
         for name, backlog in options:
             source = self.source(name)
@@ -260,7 +292,8 @@ class AdaptiveController:
                 self._rest(source, forget=optimistic <= worth)
                 continue
             if rate > best_rate:
-                best, best_rate, self._backlog = (name, k), rate, backlog
+                best, best_rate, best_mean, self._backlog = (name, k), rate, mean, backlog
+        self.pipelined = bool(best[1]) and self.table(kind_of(best[0])).pipelined_at(best_mean)
         return best
 
     def _worth_learning(
@@ -301,12 +334,7 @@ class AdaptiveController:
 
     def observe(self, round_: RoundEvent) -> None:
         self.round += 1
-        kind = kind_of(round_.source)
-        routine = kind == MODEL and self._backlog <= _ROUTINE_BACKLOG
-        steps = max(round_.n_drafted, 1) if routine else 0
-        self.live.learn(
-            kind, round_.n_drafted, steps, round_.draft_s, round_.target_s, round_.wall_s
-        )
+        self._learn_costs(round_)
         if not round_.source:
             return
         source = self.source(round_.source)
@@ -321,6 +349,20 @@ class AdaptiveController:
         evidence = source.hits + source.misses >= 3 * self.prior_weight
         if evidence and self.table(source.kind).at(mean)[1] * self.live.plain() > 1 + self.margin:
             source.paid = True
+
+    def _learn_costs(self, round_: RoundEvent) -> None:
+        if round_.n_ahead or round_.carried:
+            span = round_.target_s + round_.wait_s
+            self.live.learn_pipelined(
+                round_.n_drafted, round_.n_ahead, round_.draft_s, span, round_.wall_s
+            )
+            return
+        kind = kind_of(round_.source)
+        routine = kind == MODEL and self._backlog <= _ROUTINE_BACKLOG
+        steps = max(round_.n_drafted, 1) if routine else 0
+        self.live.learn(
+            kind, round_.n_drafted, steps, round_.draft_s, round_.target_s, round_.wall_s
+        )
 
     def _break_even_confidence(self) -> float:
         live = self.live

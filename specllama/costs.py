@@ -18,6 +18,22 @@ When each draft token is accepted independently with probability a, a round that
 tokens yields on average the accepted prefix plus the target's own token:
 
     E(a, k) = 1 + a + a^2 + ... + a^k = (1 - a^(k+1)) / (1 - a)      tokens.
+
+Pipelined drafting (`specllama.pipeline`): while the target verifies k drafts, the draft model
+drafts the next k + 1 tokens on another thread, as if all k were accepted and its own guess for
+the target's token were right. Both are, with probability s = a^(k+1); then the next round's
+draft is already made. Running side by side, the verify V = V(k + 1) and the draft ahead
+A = (k + 1) c_draft take
+
+    W = max(V, A) + lambda * min(V, A)                                seconds,
+
+with lambda the `overlap` measured on this machine: 0 when they run fully in parallel (a GPU
+with room for both), 1 when they take turns (CPU cores that each decode already fills), more
+when they get in each other's way. A rejection stops the draft ahead, so that round's span is
+V + lambda * min(V, A). A round starts with its draft made when the round before it
+survived, so in the long run a fraction s of rounds do, and a pipelined round costs on average
+
+    P_s(k) = s * W + (1 - s) * (V + lambda * min(V, A) + k * c_draft) + o_pipe(k + 1).
 """
 
 from __future__ import annotations
@@ -28,6 +44,7 @@ from itertools import pairwise
 MODEL = "model"
 NGRAM = "ngram"
 PLAIN = "plain"  # a round that drafts nothing
+PIPELINED = "pipelined"  # a draft-model round whose next draft is made while the target verifies
 
 # How fast the online corrections follow the rounds (EWMA weight), and how far they may move the
 # measured costs (a factor either way).
@@ -43,12 +60,15 @@ class Costs:
     every position, in increasing batch size; batch 1 is the target alone.
     draft_step_s: one draft-model token (batch 1); 0 when there is no draft model.
     draft_catchup_s: per token, when the draft model evaluates a backlog in one batch.
+    overlap: lambda of the module docstring, for the target verifying while the draft model
+    drafts ahead (0: fully in parallel, 1: in turn). 1 unless measured: no gain assumed.
     """
 
     verify_s: tuple[tuple[int, float], ...]
     draft_step_s: float = 0.0
     draft_catchup_s: float = 0.0
     measured: bool = True
+    overlap: float = 1.0
 
     def __post_init__(self) -> None:
         if not self.verify_s or self.verify_s[0][0] != 1:
@@ -84,6 +104,7 @@ class Costs:
             "draft_step_s": round(self.draft_step_s, 6),
             "draft_catchup_s": round(self.draft_catchup_s, 6),
             "measured": self.measured,
+            "overlap": round(self.overlap, 4),
         }
 
     @classmethod
@@ -95,6 +116,7 @@ class Costs:
             draft_step_s=float(data.get("draft_step_s", 0.0)),  # type: ignore[arg-type]
             draft_catchup_s=float(data.get("draft_catchup_s", 0.0)),  # type: ignore[arg-type]
             measured=bool(data.get("measured", True)),
+            overlap=float(data.get("overlap", 1.0)),  # type: ignore[arg-type]
         )
 
 
@@ -103,6 +125,11 @@ def expected_tokens(a: float, k: int) -> float:
     if a >= 1.0:
         return k + 1.0
     return (1.0 - a ** (k + 1)) / (1.0 - a)
+
+
+def side_by_side(verify_s: float, ahead_s: float, overlap: float) -> float:
+    """W: the time a verify and a draft ahead take when they run at once (module docstring)."""
+    return max(verify_s, ahead_s) + overlap * min(verify_s, ahead_s)
 
 
 def kind_of(source: str) -> str:
@@ -143,7 +170,9 @@ class LiveCosts:
         self.measured = costs
         self.target_scale = 1.0  # observed / measured verify cost
         self.draft_scale = 1.0  # observed / measured draft step
-        self.overhead = {PLAIN: _Overhead(), MODEL: _Overhead(), NGRAM: _Overhead()}
+        self.overlap = costs.overlap  # lambda, corrected by pipelined rounds
+        kinds = (PLAIN, MODEL, NGRAM, PIPELINED)
+        self.overhead = {kind: _Overhead() for kind in kinds}
         self._verify = [costs.verify(n) for n in range(1, 66)]  # V(1..65), looked up each round
         self.version = 0  # bumped when the costs moved enough for a cached table to be redone
         self._at_version = self._snapshot()
@@ -172,7 +201,35 @@ class LiveCosts:
         draft = k * self.draft_step() if kind == MODEL else 0.0
         return draft + self.verify(k + 1) + self.overhead[kind](k + 1)
 
+    def pipelined(self, k: int, survive: float) -> float:
+        """P_s(k): a pipelined round of k drafts whose draft ahead survives with probability
+        `survive` (module docstring)."""
+        both, serial, python = self.pipelined_parts(k)
+        return survive * both + (1.0 - survive) * serial + python
+
+    def pipelined_parts(self, k: int) -> tuple[float, float, float]:
+        """P_s(k) = s * both + (1 - s) * serial + python: the three parts, for tables."""
+        v, ahead = self.verify(k + 1), (k + 1) * self.draft_step()
+        both = side_by_side(v, ahead, self.overlap)
+        serial = v + self.overlap * min(v, ahead) + k * self.draft_step()
+        return both, serial, self.overhead[PIPELINED](k + 1)
+
     # -- learning from rounds ---------------------------------------------------------------
+
+    def learn_pipelined(
+        self, n_drafted: int, n_ahead: int, draft_s: float, span_s: float, wall_s: float
+    ) -> None:
+        """What a pipelined round cost: `draft_s` drafting its own tokens first (0 when they
+        were drafted ahead last round), then `span_s` from starting the verify, with `n_ahead`
+        tokens drafted ahead beside it, to having both. Corrects lambda and the round's Python
+        time; the verify and draft steps are learnt from rounds that run them alone."""
+        v, ahead = self.verify(n_drafted + 1), n_ahead * self.draft_step()
+        if n_ahead and min(v, ahead) > 0:
+            seen = (span_s - max(v, ahead)) / min(v, ahead)
+            self.overlap += _LEARN_RATE * (min(max(seen, 0.0), _SCALE_LIMIT) - self.overlap)
+        if wall_s > 0:
+            self.overhead[PIPELINED].add(n_drafted + 1, max(wall_s - draft_s - span_s, 0.0))
+        self._bump_version()
 
     def learn(
         self,
@@ -193,21 +250,26 @@ class LiveCosts:
             self.draft_scale = _follow(self.draft_scale, ratio)
         if wall_s > 0:
             self.overhead[kind].add(n_drafted + 1, max(wall_s - draft_s - target_s, 0.0))
+        self._bump_version()
+
+    def _bump_version(self) -> None:
         if self._moved():
             self.version += 1
             self._at_version = self._snapshot()
 
     def _snapshot(self) -> tuple[float, ...]:
         overheads = [o(1) for o in self.overhead.values()] + [o(9) for o in self.overhead.values()]
-        return (self.target_scale, self.draft_scale, *overheads)
+        return (self.target_scale, self.draft_scale, self.overlap, *overheads)
 
     def _moved(self) -> bool:
-        """More than 2% (of one target token, for the overheads) since the last version."""
-        now = self._snapshot()
+        """More than 2% (of one target token, for the overheads; 0.02 for lambda) since the
+        last version."""
+        now, then = self._snapshot(), self._at_version
         one = self.verify(1) or 1.0
-        scales = any(abs(a - b) > 0.02 * b for a, b in zip(now[:2], self._at_version[:2]))
-        overheads = any(abs(a - b) > 0.02 * one for a, b in zip(now[2:], self._at_version[2:]))
-        return scales or overheads
+        scales = any(abs(a - b) > 0.02 * b for a, b in zip(now[:2], then[:2]))
+        overlap = abs(now[2] - then[2]) > 0.02
+        overheads = any(abs(a - b) > 0.02 * one for a, b in zip(now[3:], then[3:]))
+        return scales or overlap or overheads
 
 
 def _follow(scale: float, ratio: float) -> float:

@@ -7,6 +7,7 @@ lookup) has q = 1 for its token, and the verifier treats it so.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -33,6 +34,9 @@ class Draft:
     def __len__(self) -> int:
         return len(self.tokens)
 
+    def __getitem__(self, part: slice) -> Draft:
+        return Draft(self.tokens[part], None if self.q is None else self.q[part])
+
 
 class Drafter(Protocol):
     name: str
@@ -51,9 +55,11 @@ class Drafter(Protocol):
         *,
         source: str | None = None,
         min_confidence: float | None = None,
+        stop: threading.Event | None = None,
     ) -> Draft:
         """Up to `n_max` tokens from `source` (None: the first offered); `min_confidence`
-        overrides a draft model's p-min for this call."""
+        overrides a draft model's p-min for this call; a draft model ends early once `stop`
+        is set (pipelined drafting, on another thread)."""
 
     def rewind(self, context: Sequence[int]) -> None:
         """Drop any state past `context` (called when generation stops)."""
@@ -108,6 +114,7 @@ class DraftModelDrafter:
         *,
         source: str | None = None,
         min_confidence: float | None = None,
+        stop: threading.Event | None = None,
     ) -> Draft:
         draft = Draft(q=None if params.greedy else [])
         if n_max <= 0:
@@ -122,6 +129,8 @@ class DraftModelDrafter:
             if q is not None:
                 draft.q.append(q)
             if len(draft) == n_max or self.model.is_eog(token):
+                break
+            if stop is not None and stop.is_set():
                 break
             logits = self.model.decode([token], [0], copy=False)[0]
         return draft
@@ -240,12 +249,15 @@ class CombinedDrafter:
         *,
         source: str | None = None,
         min_confidence: float | None = None,
+        stop: threading.Event | None = None,
     ) -> Draft:
         if source is None or source.startswith("ngram"):
             draft = self.ngram.propose(context, n_max, params, rng)
             if draft.tokens or source is not None:
                 return draft
-        return self.model.propose(context, n_max, params, rng, min_confidence=min_confidence)
+        return self.model.propose(
+            context, n_max, params, rng, min_confidence=min_confidence, stop=stop
+        )
 
     @property
     def decode_seconds(self) -> float:

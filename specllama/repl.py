@@ -461,7 +461,7 @@ def start_view_facts(engine: Engine, samples: list[float], session: ChatSession)
     if samples:
         facts.append(
             f"target alone ≈ {session.target_rate.tokens_per_s:.1f} tok/s "
-            "(fastest one-token decode measured; the speedups shown are estimates against it)"
+            "(median one-token decode measured; the speedups shown are estimates against it)"
         )
     return facts
 

@@ -182,9 +182,22 @@ class Engine:
                 workers=[(w.endpoint, w.total_bytes) for w in self.workers],
             )
             self.costs = calibration.load_or_measure(
-                key, self.target, self.draft_model, refresh=refresh, on_measure=on_measure
+                key,
+                self.target,
+                self.draft_model,
+                refresh=refresh,
+                on_measure=on_measure,
+                side_by_side=self.both_on_gpu,
             )
         return self.costs
+
+    @property
+    def both_on_gpu(self) -> bool:
+        """Both models offloaded to a GPU: only then can they decode side by side (pipelined
+        drafting); on CPU cores they take turns (`calibration.measure_overlap`)."""
+        config = self.config
+        offloaded = config.n_gpu_layers != 0 and config.n_gpu_layers_draft != 0
+        return offloaded and self.draft_model is not None and build_facts().gpu_offload
 
     def new_controller(self, *, adaptive: bool | None = None) -> DraftController:
         """A fresh controller: adaptive (calibrating first if needed) or fixed at draft_max."""

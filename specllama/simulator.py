@@ -8,7 +8,9 @@ answer (the target's own tokens),
 - `model_confidence[i]`: the draft model's top probability there (for its confidence stop);
 - `ngram_match[i]`: the length of the n-gram match the n-gram drafter finds (0: none);
 - `ngram_offer[i]`: how many tokens it could propose there;
-- `ngram_run[i]`: how many of those agree with the answer, in a row.
+- `ngram_run[i]`: how many of those agree with the answer, in a row;
+- `model_second_agrees[i]`: the draft model's second choice equals the target's token (what a
+  token tree that also verifies the draft's runner-up would gain; empty in older traces).
 
 Greedy verification keeps the longest agreeing prefix of a draft, so these decide every round of
 any policy: a chain drafted at position i keeps as many tokens as agree in a row from i (the
@@ -21,13 +23,13 @@ what the rounds cost in fact, which may differ from the calibration the controll
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from specllama.backend import LlamaBackend
 from specllama.controller import DraftController
-from specllama.costs import MODEL, NGRAM, Costs, kind_of
+from specllama.costs import MODEL, NGRAM, Costs, kind_of, side_by_side
 from specllama.drafters import NgramDrafter, NoDrafter
 from specllama.sampling import SamplingParams, argmax, top_probability
 from specllama.speculative import RoundEvent, TokenEvent, generate
@@ -43,6 +45,7 @@ class Trace:
     n_prompt: int = 32
     name: str = ""
     category: str = ""
+    model_second_agrees: tuple[bool, ...] = ()
 
     def __len__(self) -> int:
         return len(self.model_agrees)
@@ -64,6 +67,7 @@ class Trace:
             "ngram_match": list(self.ngram_match),
             "ngram_offer": list(self.ngram_offer),
             "ngram_run": list(self.ngram_run),
+            "model_second_agrees": [int(x) for x in self.model_second_agrees],
         }
 
     @classmethod
@@ -77,17 +81,35 @@ class Trace:
             n_prompt=int(data.get("n_prompt", 32)),
             name=str(data.get("name", "")),
             category=str(data.get("category", "")),
+            model_second_agrees=tuple(bool(x) for x in data.get("model_second_agrees", ())),
         )
 
 
 def synthetic_trace(
-    n: int, a: float, rng: np.random.Generator, *, n_prompt: int = 32, name: str = ""
+    n: int,
+    a: float,
+    rng: np.random.Generator,
+    *,
+    n_prompt: int = 32,
+    name: str = "",
+    second: float = 0.0,
 ) -> Trace:
     """A draft model that agrees with the target at each position independently with
-    probability a (as the controlled-acceptance GPU pair does), sure of itself, and no n-grams."""
-    agrees = tuple(bool(x) for x in rng.random(n) < a)
+    probability a (as the controlled-acceptance GPU pair does), sure of itself, and no n-grams;
+    where it does not, its second choice is right with probability `second`."""
+    agrees = rng.random(n) < a
+    runner_up = ~agrees & (rng.random(n) < second)
     zeros = (0,) * n
-    return Trace(agrees, (0.95,) * n, zeros, zeros, zeros, n_prompt, name or f"a={a}")
+    return Trace(
+        tuple(bool(x) for x in agrees),
+        (0.95,) * n,
+        zeros,
+        zeros,
+        zeros,
+        n_prompt,
+        name or f"a={a}",
+        model_second_agrees=tuple(bool(x) for x in runner_up),
+    )
 
 
 @dataclass(frozen=True)
@@ -100,6 +122,8 @@ class MachineCosts:
     overhead_plain_s: float = 0.0
     overhead_round_s: float = 0.0  # each round that drafts, beyond the plain round's
     noise: float = 0.0  # lognormal sigma of each round's cost (a shared, noisy machine)
+    overlap: float = 1.0  # lambda: how the verify and a draft ahead share the machine (costs.py)
+    overhead_ahead_s: float = 0.0  # each pipelined round, beyond a drafting round's
 
     def verify(self, n: int) -> float:
         return self.costs.verify(n)
@@ -145,46 +169,119 @@ def simulate(
     rng = np.random.default_rng(seed)
     n = min(len(trace), max_tokens or len(trace))
     result = SimResult(trace.name, n, 0.0, machine.target_alone(n))
-    pos = 0
-    model_done = 0  # context tokens the draft model has evaluated (it starts empty)
-    while pos < n:
+    state = _DraftState()
+    while state.pos < n:
+        pos = state.pos
         options: list[tuple[str, int]] = []
         if ngram and trace.ngram_match[pos]:
             options.append((f"{NGRAM}{trace.ngram_match[pos]}", 0))
-        backlog = trace.n_prompt + pos - model_done
+        backlog = max(trace.n_prompt + pos - state.model_done, 0)
         if draft_model:
             options.append((MODEL, backlog))
         source, k = controller.choose(options, remaining=n - pos, generated=pos)
         k = max(0, min(k, n - pos - 1))
-        drafted = accepted = 0
-        draft_s = 0.0
         kind = kind_of(source) if k else ""
         if kind == MODEL:
-            drafted = _model_draft_length(trace, pos, k, controller.min_confidence)
-            accepted = trace.model_run(pos, drafted)
-            # The sync (catch-up), then one step per draft token but the last (a confidence
-            # stop reads one more).
-            steps = drafted if drafted < k else drafted - 1
-            draft_s = machine.catch_up(backlog) + steps * machine.draft_step()
-            model_done = trace.n_prompt + pos + min(accepted, max(drafted - 1, 0))
-        elif kind == NGRAM:
-            drafted = min(k, trace.ngram_offer[pos])
-            accepted = min(drafted, trace.ngram_run[pos])
-        target_s = machine.verify(drafted + 1)
-        python_s = machine.overhead_plain_s + (machine.overhead_round_s if kind else 0.0)
-        if machine.noise:
-            scale = float(rng.lognormal(0.0, machine.noise))
-            draft_s, target_s = draft_s * scale, target_s * scale
-        wall_s = draft_s + target_s + python_s
-        event = RoundEvent(drafted, accepted, draft_s, target_s, source if kind else "", wall_s)
+            event = _model_round(trace, controller, machine, state, k, n - pos, backlog)
+        else:
+            state.carry = 0
+            drafted = accepted = 0
+            if kind == NGRAM:
+                drafted = min(k, trace.ngram_offer[pos])
+                accepted = min(drafted, trace.ngram_run[pos])
+            target_s = machine.verify(drafted + 1)
+            event = RoundEvent(drafted, accepted, 0.0, target_s, source if kind else "")
+        event = _clocked(event, machine, bool(kind), rng)
         controller.observe(event)
         result.rounds.append(event)
-        result.time_s += wall_s
+        result.time_s += event.wall_s
         result.n_rounds += 1
-        result.n_drafted += drafted
-        result.n_accepted += accepted
-        pos += accepted + 1
+        result.n_drafted += event.n_drafted
+        result.n_accepted += event.n_accepted
+        state.pos += event.n_accepted + 1
     return result
+
+
+@dataclass
+class _DraftState:
+    pos: int = 0  # answer tokens emitted
+    model_done: int = 0  # context tokens the draft model has evaluated (it starts empty)
+    carry: int = 0  # draft tokens made ahead for position `pos` (pipelined drafting)
+
+
+def _model_round(
+    trace: Trace,
+    controller: DraftController,
+    machine: MachineCosts,
+    state: _DraftState,
+    k: int,
+    left: int,
+    backlog: int,
+) -> RoundEvent:
+    """A draft-model round at state.pos: drafted now or ahead, and maybe drafting ahead."""
+    pos, p_min = state.pos, controller.min_confidence
+    carried = state.carry > 0
+    draft_s = 0.0
+    if carried:
+        drafted = min(state.carry, k)
+    else:
+        drafted = _model_draft_length(trace, pos, k, p_min)
+        # The sync (catch-up), then one step per draft token but the last (a confidence stop
+        # reads one more).
+        steps = drafted if drafted < k else drafted - 1
+        draft_s = machine.catch_up(backlog) + steps * machine.draft_step()
+    accepted = trace.model_run(pos, drafted)
+    state.carry = 0
+    state.model_done = trace.n_prompt + pos + min(accepted, max(drafted - 1, 0))
+    target_s = machine.verify(drafted + 1)
+    ahead_max = min(k + 1, left - k - 1) if controller.pipelined and drafted else 0
+    if ahead_max < 2:  # as the loop: no draft ahead that could leave no next draft
+        return RoundEvent(drafted, accepted, draft_s, target_s, MODEL, carried=carried)
+
+    # The draft ahead follows the draft's own path, which is the answer's when every draft
+    # was accepted; a rejection stops it at its next step.
+    n_ahead = _model_draft_length(trace, pos + drafted, ahead_max, p_min)
+    end = pos + drafted
+    survives = accepted == drafted and n_ahead > 1 and end < len(trace)
+    survives = survives and trace.model_agrees[end]
+    if not survives:
+        n_ahead = min(n_ahead, int(target_s / machine.draft_step()) + 1)
+    ahead_s = n_ahead * machine.draft_step()
+    span = side_by_side(target_s, ahead_s, machine.overlap)
+    if survives:
+        state.carry = n_ahead - 1
+        state.model_done = trace.n_prompt + end + n_ahead - 1
+    return RoundEvent(
+        drafted,
+        accepted,
+        draft_s,
+        target_s,
+        MODEL,
+        carried=carried,
+        n_ahead=n_ahead,
+        ahead_s=ahead_s,
+        wait_s=span - target_s,
+    )
+
+
+def _clocked(
+    event: RoundEvent, machine: MachineCosts, drafted: bool, rng: np.random.Generator
+) -> RoundEvent:
+    """The round with its wall time on `machine` (and the machine's noise)."""
+    python_s = machine.overhead_plain_s + (machine.overhead_round_s if drafted else 0.0)
+    if event.n_ahead:
+        python_s += machine.overhead_ahead_s
+    scale = float(rng.lognormal(0.0, machine.noise)) if machine.noise else 1.0
+    draft_s, target_s, wait_s = (x * scale for x in (event.draft_s, event.target_s, event.wait_s))
+    wall_s = draft_s + target_s + wait_s + python_s
+    return replace(
+        event,
+        draft_s=draft_s,
+        target_s=target_s,
+        wait_s=wait_s,
+        ahead_s=event.ahead_s * scale,
+        wall_s=wall_s,
+    )
 
 
 def _model_draft_length(trace: Trace, pos: int, k: int, min_confidence: float | None) -> int:
@@ -226,9 +323,9 @@ def record_trace(
         if isinstance(event, TokenEvent)
     ]
     n = len(answer)
-    agrees, confidence = [False] * n, [0.0] * n
+    agrees, confidence, second = [False] * n, [0.0] * n, [False] * n
     if draft is not None and n:
-        _teacher_forced(draft, list(prompt), answer, agrees, confidence)
+        _teacher_forced(draft, list(prompt), answer, agrees, confidence, second)
     lookup = NgramDrafter(ngram_max=ngram_max)
     context = list(prompt)
     match, offer, run = [0] * n, [0] * n, [0] * n
@@ -252,6 +349,7 @@ def record_trace(
         n_prompt=len(prompt),
         name=name,
         category=category,
+        model_second_agrees=tuple(second),
     )
     return trace, answer
 
@@ -272,13 +370,18 @@ def _teacher_forced(
     answer: list[int],
     agrees: list[bool],
     confidence: list[float],
+    second: list[bool],
     chunk: int = 32,
 ) -> None:
-    """The draft model's greedy guess and confidence at each answer position, from the logits
-    of every position of the answer evaluated in chunks (teacher forcing)."""
+    """The draft model's greedy guess, confidence and runner-up at each answer position, from
+    the logits of every position of the answer evaluated in chunks (teacher forcing)."""
 
     def judge(i: int, row: np.ndarray) -> None:
-        agrees[i] = argmax(row) == answer[i]
+        best = argmax(row)
+        top_two = np.argpartition(row, len(row) - 2)[-2:]
+        runner_up = int(top_two[0] if top_two[1] == best else top_two[1])
+        agrees[i] = best == answer[i]
+        second[i] = runner_up == answer[i]
         confidence[i] = top_probability(row)
 
     draft.rollback(0)

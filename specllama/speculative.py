@@ -12,6 +12,9 @@ and q the DRAFT's, both after the same temperature/top-k/top-p/min-p transform. 
 is accepted with probability min(1, p(x) / q(x)); on rejection the replacement is drawn from
 norm(max(p - q, 0)). A deterministic draft (greedy draft model, n-gram) has q = one-hot(x).
 The emitted tokens then follow p exactly.
+
+When the controller asks for it (`pipelined`), the draft model drafts the next round while the
+target verifies (`specllama.pipeline`); a round then may start with its draft already made.
 """
 
 from __future__ import annotations
@@ -24,8 +27,10 @@ import numpy as np
 
 from specllama.backend import LlamaBackend
 from specllama.controller import DraftController, FixedLength
+from specllama.costs import MODEL, kind_of
 from specllama.drafters import Draft, Drafter
 from specllama.errors import ContextOverflowError, UsageError
+from specllama.pipeline import DraftAhead
 from specllama.sampling import (
     Distribution,
     SamplingParams,
@@ -52,6 +57,13 @@ class RoundEvent:
     target_s: float  # time in the target's verify decode this round
     source: str = ""  # who was asked to draft ("model", "ngramN"; "" when nobody was asked)
     wall_s: float = 0.0  # the whole round, from choosing what to draft to the rollback
+    # Pipelined drafting: the draft was made during the last round's verify (draft_s is then 0);
+    # n_ahead tokens were drafted beside this round's verify, in ahead_s of the draft's decode
+    # time, and the loop waited wait_s for them after verifying.
+    carried: bool = False
+    n_ahead: int = 0
+    ahead_s: float = 0.0
+    wait_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -125,6 +137,7 @@ def generate(
 
     started = time.perf_counter()
     reason = "length"
+    ahead = DraftAhead()
     try:
         while stats.n_generated < max_tokens:
             room = target.n_ctx - len(context)  # the verify batch holds pending + k drafts
@@ -137,24 +150,27 @@ def generate(
                 drafter.sources(context), remaining=left, generated=stats.n_generated
             )
             k = max(0, min(k, left - 1, room))
-            round_ = _round(target, drafter, context, k, source, controller, params, rng)
-            round_.event = replace(round_.event, wall_s=time.perf_counter() - round_started)
-            controller.observe(round_.event)
-            stats.record_round(round_.event.n_drafted, round_.event.n_accepted)
-            yield round_.event
+            plan = _Plan(source, k, _ahead_max(controller, source, k, left, room))
+            round_ = _round(target, drafter, context, plan, controller, params, rng, ahead)
+            event = replace(round_.event, wall_s=time.perf_counter() - round_started)
+            controller.observe(event)
+            stats.record_round(event.n_drafted, event.n_accepted)
+            stats.draft_hidden_s += max(event.ahead_s - event.wait_s, 0.0)
+            yield event
             for j, token in enumerate(round_.new_tokens):
                 if target.is_eog(token):
                     reason = "stop"
                     break
                 context.append(token)
                 stats.n_generated += 1
-                yield TokenEvent(token, from_draft=j < round_.event.n_accepted)
+                yield TokenEvent(token, from_draft=j < event.n_accepted)
                 if stats.n_generated >= max_tokens:
                     break
             if reason == "stop":
                 break
         stats.finish_reason = reason
     finally:
+        ahead.close()
         # Leave both contexts holding only what was emitted, even if the consumer stopped early.
         target.rollback(min(target.n_past, len(context) - 1))
         drafter.rewind(context)
@@ -162,6 +178,23 @@ def generate(
         stats.target_s = target.decode_seconds - target_s0
         stats.draft_s = drafter.decode_seconds - draft_s0
     yield FinishEvent(reason, stats)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    source: str  # who drafts ("" for nobody)
+    k: int  # how many tokens
+    ahead_max: int  # how many to draft ahead beside the verify (0: not pipelined)
+
+
+def _ahead_max(controller: DraftController, source: str, k: int, left: int, room: int) -> int:
+    """Pipelined draft-model rounds draft ahead the guess of the target's token and a next
+    draft of k, within the tokens still wanted after this round and the context's room; not
+    at all when that leaves no next draft."""
+    if not (controller.pipelined and k and kind_of(source) == MODEL):
+        return 0
+    n = min(k + 1, left - k - 1, room - k)
+    return n if n > 1 else 0
 
 
 @dataclass
@@ -174,18 +207,19 @@ def _round(
     target: LlamaBackend,
     drafter: Drafter,
     context: list[int],
-    k: int,
-    source: str,
+    plan: _Plan,
     controller: DraftController,
     params: SamplingParams,
     rng: np.random.Generator,
+    ahead: DraftAhead,
 ) -> _Round:
-    draft_clock = drafter.decode_seconds
-    draft = Draft()
-    if k:
+    draft, draft_s, carried = _draft(drafter, context, plan, controller, params, rng, ahead)
+    if plan.ahead_max and draft.tokens and not target.is_eog(draft.tokens[-1]):
+        tokens = [*context, *draft.tokens]
         p_min = controller.min_confidence
-        draft = drafter.propose(context, k, params, rng, source=source, min_confidence=p_min)
-    draft_s = drafter.decode_seconds - draft_clock
+        ahead.start(
+            drafter, tokens, plan.ahead_max, params, rng, source=plan.source, min_confidence=p_min
+        )
 
     target_clock = target.decode_seconds
     batch = [context[-1], *draft.tokens]
@@ -195,5 +229,39 @@ def _round(
     n_accepted, next_token = verify(rows, draft, params, rng)
     # Keep pending + accepted drafts evaluated; next_token becomes the new pending token.
     target.rollback(len(context) + n_accepted)
-    event = RoundEvent(len(draft), n_accepted, draft_s, target_s, source if k else "")
+    report = ahead.finish(n_accepted == len(draft), next_token)  # empty if none was started
+    event = RoundEvent(
+        len(draft),
+        n_accepted,
+        draft_s,
+        target_s,
+        plan.source if plan.k else "",
+        carried=carried,
+        n_ahead=report.n_ahead,
+        ahead_s=report.ahead_s,
+        wait_s=report.wait_s,
+    )
     return _Round(event, [*draft.tokens[:n_accepted], next_token])
+
+
+def _draft(
+    drafter: Drafter,
+    context: list[int],
+    plan: _Plan,
+    controller: DraftController,
+    params: SamplingParams,
+    rng: np.random.Generator,
+    ahead: DraftAhead,
+) -> tuple[Draft, float, bool]:
+    """The round's draft, the seconds it took to make, and whether it was made ahead last
+    round (a draft model's draft is, when the last round went as its draft ahead guessed)."""
+    if kind_of(plan.source) != MODEL:
+        ahead.drop()
+    elif (carried := ahead.take(context, plan.k)) is not None:
+        return carried, 0.0, True
+    if not plan.k:
+        return Draft(), 0.0, False
+    clock = drafter.decode_seconds
+    p_min = controller.min_confidence
+    draft = drafter.propose(context, plan.k, params, rng, source=plan.source, min_confidence=p_min)
+    return draft, drafter.decode_seconds - clock, False

@@ -187,6 +187,9 @@ def test_configurations():
     ]
     fixed = bench.parse_configs("ngram:4,adaptive", has_draft=True, draft_max=4, adaptive=False)
     assert [c.name for c in fixed] == ["target", "ngram:4"]
+    piped = bench.parse_configs("model:4,pipe:4", has_draft=True, draft_max=4)
+    assert piped[2] == BenchConfig("pipe:4", "model", 4, False, pipelined=True)
+    assert piped[2].as_dict()["pipelined"] and not piped[1].as_dict()["pipelined"]
 
 
 @pytest.mark.parametrize(
@@ -202,8 +205,9 @@ def test_configurations():
 def test_bad_configurations(spec, message):
     with pytest.raises(UsageError, match=message):
         bench.parse_configs(spec, has_draft=True, draft_max=4)
-    with pytest.raises(UsageError, match="needs a draft model"):
-        bench.parse_configs("model:2", has_draft=False, draft_max=4)
+    for spec in ("model:2", "pipe:2"):
+        with pytest.raises(UsageError, match="needs a draft model"):
+            bench.parse_configs(spec, has_draft=False, draft_max=4)
 
 
 # -- the summary ------------------------------------------------------------------------------
@@ -290,7 +294,7 @@ def test_bench_end_to_end_json_follows_the_schema(
             "--target", str(smol_f32),
             "--draft", str(smol_q4),
             "--prompts", str(prompt_file),
-            "--configs", "target,model:2,ngram:4,adaptive",
+            "--configs", "target,model:2,pipe:2,ngram:4,adaptive",
             "-n", "12",
             "--repeats", "2",
             "--threads", "2",
@@ -302,8 +306,9 @@ def test_bench_end_to_end_json_follows_the_schema(
     report = json.loads(out.read_text(encoding="utf-8"))
     assert validate(report, bench.bench_schema()) == []
 
-    assert [c["name"] for c in report["configs"]] == ["target", "model:2", "ngram:4", "adaptive"]
-    assert len(report["runs"]) == 2 * 2 * 4  # prompts x repeats x configurations
+    names = ["target", "model:2", "pipe:2", "ngram:4", "adaptive"]
+    assert [c["name"] for c in report["configs"]] == names
+    assert len(report["runs"]) == 2 * 2 * 5  # prompts x repeats x configurations
     assert {r["category"] for r in report["summary"]} == {"code-editing", "chat", "all"}
     assert report["calibration"]["verify_s"]["1"] > 0
     assert report["models"]["draft"]["name"] == Path(smol_q4).name

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -51,6 +53,7 @@ def test_measure_times_every_verify_size_and_the_draft():
     assert costs.draft_catchup_s == pytest.approx((0.002 + 0.001 * 32) / 32)
     assert target.tokens == [] and draft.tokens == []  # both contexts left empty
     assert max(target.batches) == calibration.CONTEXT_TOKENS
+    assert costs.overlap == 1.0  # not measured side by side: no gain assumed
 
 
 def test_measure_without_a_draft_model():
@@ -128,3 +131,30 @@ def test_the_key_names_the_rpc_workers_and_stays_unchanged_without_them(tmp_path
     )
     assert remote["rpc"] == [{"endpoint": "10.0.0.2:50052", "memory_total": 24 * 10**9}]
     assert calibration._key_path(remote) != calibration._key_path(plain)
+
+
+class SleepingFake(TimedFake):
+    """Decoding really takes its time (a sleep, which lets other threads run, as llama_decode
+    does); `lock`, when shared, makes two models take turns, as CPU cores full of one decode."""
+
+    def __init__(self, base: float, per_token: float, lock=None) -> None:
+        super().__init__(base, per_token)
+        self.lock = lock or threading.Lock()
+
+    def decode(self, tokens, logits_at=()):
+        with self.lock:
+            time.sleep(self.base + self.per_token * len(tokens))
+        super().decode(tokens, logits_at)
+
+
+@pytest.mark.parametrize(("shared", "expected"), [(False, 0.0), (True, 1.0)])
+def test_overlap_is_measured_side_by_side(shared, expected):
+    lock = threading.Lock() if shared else None
+    target, draft = SleepingFake(0.010, 0.002, lock), SleepingFake(0.002, 0.0005, lock)
+    costs = calibration.measure(target, draft, sizes=(1, 5), repeats=2, side_by_side=True)
+    assert costs.overlap == pytest.approx(expected, abs=0.35)
+    assert target.tokens == [] and draft.tokens == []
+
+
+def test_overlap_of_decodes_that_take_no_time_is_taken_as_no_gain():
+    assert calibration.measure_overlap(TimedFake(0.01, 0.0), TimedFake(0.01, 0.0)) == 1.0

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import statistics
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -140,6 +141,54 @@ def test_learns_what_rounds_really_cost(a):
     best_fixed = max(median_speedup(lambda k=k: FixedLength(k)) for k in (2, 3, 4, 6, 8, 12))
     adaptive = median_speedup(lambda: AdaptiveController(GPU))
     assert adaptive >= max(best_fixed, 1.0) - 0.05
+
+
+# -- pipelined drafting -------------------------------------------------------------------------
+
+
+def pipelined_rounds(result):
+    return [r for r in result.rounds if r.n_ahead]
+
+
+def test_pipelines_where_the_draft_ahead_runs_beside_the_verify():
+    """On the GPU's costs, with the verify and the draft ahead in parallel (overlap 0), the
+    draft model's rounds are pipelined, and beat the best chain chosen with hindsight."""
+    costs = replace(GPU, overlap=0.0)
+    machine = MachineCosts(costs, overlap=0.0)
+    for a in (0.95, 0.8):
+        trace = synthetic_trace(256, a, np.random.default_rng(6))
+        result, _ = replay(costs, trace, machine=machine, ngram=False)
+        assert len(pipelined_rounds(result)) > 0.8 * len(model_rounds(result))
+        chains = [simulate(trace, FixedLength(k), machine, ngram=False) for k in (2, 4, 8, 12)]
+        assert result.speedup > 1.1 * max(c.speedup for c in chains)
+
+
+@pytest.mark.parametrize(
+    "costs", [CPU_AMX, replace(CPU_AMX, overlap=1.3), GPU], ids=["unmeasured", "cpu", "gpu-1"]
+)
+def test_never_pipelines_where_the_models_take_turns(costs):
+    """Where the draft model pays but the two models cannot run at once (a CPU's cores: overlap
+    measured >= 1, or not measured), drafting ahead never pays and never runs."""
+    trace = synthetic_trace(256, 0.95, np.random.default_rng(7))
+    result, _ = replay(costs, trace, machine=MachineCosts(costs, overlap=costs.overlap))
+    assert len(model_rounds(result)) > 10
+    assert pipelined_rounds(result) == []
+
+
+def test_stops_pipelining_when_the_machine_does_not_overlap_as_calibrated():
+    """Told that the models run in parallel, on a machine where they get in each other's way:
+    the controller learns the overlap from the pipelined rounds and goes back to the chain."""
+    told = replace(GPU, overlap=0.0)
+    machine = MachineCosts(replace(GPU, overlap=1.5), overlap=1.5)
+    trace = synthetic_trace(512, 0.95, np.random.default_rng(8))
+    result, controller = replay(told, trace, machine=machine, ngram=False)
+    pipelined = [bool(r.n_ahead) for r in model_rounds(result)]
+    later = pipelined[len(pipelined) // 4 :]
+    assert pipelined[0] and sum(later) <= 0.1 * len(later)
+    # It stops where the pipeline no longer pays on what it has seen, not at the truth.
+    assert controller.live.overlap > 0.5
+    chain = simulate(trace, FixedLength(8), machine, ngram=False)
+    assert result.speedup > 0.95 * chain.speedup
 
 
 def test_ngram_matches_are_judged_by_their_length():

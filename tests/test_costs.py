@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from specllama.costs import MODEL, NGRAM, PLAIN, Costs, LiveCosts, expected_tokens, kind_of
+from specllama.costs import (
+    MODEL,
+    NGRAM,
+    PIPELINED,
+    PLAIN,
+    Costs,
+    LiveCosts,
+    expected_tokens,
+    kind_of,
+)
 
 COSTS = Costs(
     verify_s=((1, 0.020), (2, 0.021), (4, 0.023), (8, 0.026), (16, 0.032)),
@@ -83,3 +94,29 @@ def test_tables_are_redone_only_when_the_costs_move():
     for _ in range(10):
         live.learn(PLAIN, 0, 0, 0.0, 1.5 * COSTS.verify(1), 1.5 * COSTS.verify(1))
     assert live.version > 0
+
+
+# -- pipelined drafting -----------------------------------------------------------------------
+
+
+def test_a_pipelined_round_costs_the_slower_of_verify_and_draft_ahead_when_it_survives():
+    parallel = LiveCosts(replace(COSTS, overlap=0.0))
+    v5, ahead = COSTS.verify(5), 5 * 0.003
+    # Always surviving: the next draft is made beside the verify, none on the clock.
+    assert parallel.pipelined(4, 1.0) == pytest.approx(max(v5, ahead))
+    # Never surviving: a fresh draft every round, and the verify (the draft ahead is stopped).
+    assert parallel.pipelined(4, 0.0) == pytest.approx(v5 + 4 * 0.003)
+    in_turn = LiveCosts(COSTS)  # overlap 1, as measured nowhere: no gain, ever
+    assert in_turn.pipelined(4, 1.0) == pytest.approx(v5 + ahead)
+    assert in_turn.pipelined(4, 1.0) > in_turn.round(MODEL, 4)
+
+
+def test_learns_how_the_verify_and_the_draft_ahead_share_the_machine():
+    live = LiveCosts(COSTS)  # starts at overlap 1
+    v5, ahead = COSTS.verify(5), 5 * 0.003
+    for _ in range(60):  # they ran side by side in max + 0.2 min
+        span = max(v5, ahead) + 0.2 * min(v5, ahead)
+        live.learn_pipelined(4, 5, 0.0, span, span + 0.0005)
+    assert live.overlap == pytest.approx(0.2, abs=0.01)
+    assert live.overhead[PIPELINED](5) == pytest.approx(0.0005, rel=0.05)
+    assert live.version > 0  # the controller's tables are redone

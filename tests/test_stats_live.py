@@ -42,5 +42,5 @@ def test_target_rate_uses_only_one_token_rounds():
     assert not rate.known
     for seconds in (0.1, 0.3, 0.125):
         rate.observe_round(0, seconds)
-    assert rate.tokens_per_s == 10.0  # the fastest: a busy machine only slows decodes down
-    assert rate.speedup(15.0) == 1.5
+    assert rate.tokens_per_s == 8.0  # the typical decode, not the luckiest one
+    assert rate.speedup(12.0) == 1.5
