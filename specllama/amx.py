@@ -107,7 +107,7 @@ def build_has_amx(system_info: str) -> bool:
 
 def cmake_args(cpu: Cpu, system_info: str = "") -> str:
     """CMAKE_ARGS for a llama-cpp-python build with every kernel this CPU can run except AMX
-    (and the GPU backend the current build has, so a rebuild keeps it)."""
+    (and the GPU backend the current build has, so a rebuild keeps it, and RPC)."""
     args = ["-DGGML_NATIVE=OFF"]
     for flag, option, default_on in _CMAKE_OPTIONS:
         if flag in cpu.flags:
@@ -116,6 +116,7 @@ def cmake_args(cpu: Cpu, system_info: str = "") -> str:
             args.append(f"-D{option}=OFF")
     if "CUDA" in system_info:
         args.append("-DGGML_CUDA=on")
+    args.append("-DGGML_RPC=ON")  # --rpc and `specllama worker`
     return " ".join(args)
 
 

@@ -10,10 +10,13 @@ requested only at the batch positions that need them (no `logits_all` score buff
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import os
+import sys
 import time
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -22,13 +25,16 @@ from pathlib import Path
 import numpy as np
 import psutil
 
-from specllama import amx
-from specllama.errors import ContextOverflowError, ModelLoadError
+from specllama import amx, ggml_rpc, rpc
+from specllama.errors import ContextOverflowError, ModelLoadError, RpcError
 
 log = logging.getLogger("specllama.llama_cpp")
 
 _GGUF_MAGIC = b"GGUF"
 _LOG_LEVELS = {1: logging.INFO, 2: logging.WARNING, 3: logging.ERROR, 4: logging.DEBUG}
+# llama.cpp's and ggml's last log lines: what an abort message alone does not say (the RPC
+# client logs "RPC server version mismatch: 6.0.0", then aborts with "handshake failed").
+_recent_log: deque[str] = deque(maxlen=8)
 
 
 @cache
@@ -38,8 +44,9 @@ def _llama():
 
     @llama_cpp.llama_log_callback
     def to_logging(level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
+        _recent_log.append(text.decode("utf-8", "replace").strip())
         if log.isEnabledFor(logging.DEBUG):
-            log.debug(text.decode("utf-8", "replace").rstrip("\n"))
+            log.debug(_recent_log[-1])
 
     llama_cpp.llama_log_set(to_logging, ctypes.c_void_p(0))
     _llama.callback = to_logging  # keep the ctypes callback alive
@@ -52,9 +59,10 @@ class BuildFacts:
     """What this llama.cpp build can do."""
 
     version: str
-    gpu_offload: bool
+    gpu_offload: bool  # a local GPU: RPC workers do not count
     system_info: str
     library: str = ""  # the libllama file loaded (a rebuild changes its size and time)
+    rpc: bool = False  # built with ggml's RPC backend (-DGGML_RPC=ON): --rpc and `worker`
 
     @property
     def build_id(self) -> dict[str, object]:
@@ -70,12 +78,83 @@ class BuildFacts:
 @cache
 def build_facts() -> BuildFacts:
     llama_cpp = _llama()
+    has_rpc = bool(llama_cpp.llama_supports_rpc())
+    # llama_supports_gpu_offload() says yes for any build with RPC (workers count as GPUs):
+    # with RPC, ask ggml for a local GPU instead.
+    gpu_offload = bool(llama_cpp.llama_supports_gpu_offload())
+    if gpu_offload and has_rpc:
+        gpu_offload = bool(_local_gpus())
     return BuildFacts(
         version=llama_cpp.__version__,
-        gpu_offload=bool(llama_cpp.llama_supports_gpu_offload()),
+        gpu_offload=gpu_offload,
         system_info=llama_cpp.llama_print_system_info().decode("utf-8", "replace").strip(),
         library=str(getattr(llama_cpp.llama_cpp._lib, "_name", "")),
+        rpc=has_rpc,
     )
+
+
+# -- ggml: devices, RPC workers, and the abort that an RPC failure ends in ---------------------
+
+
+@cache
+def _ggml() -> ggml_rpc.Ggml:
+    """ggml's own functions, from the libraries llama_cpp loaded."""
+    return ggml_rpc.Ggml(Path(_llama().llama_cpp._lib._name).parent)
+
+
+def _local_gpus() -> list[ggml_rpc.Device]:
+    kinds = (ggml_rpc.DEVICE_GPU, ggml_rpc.DEVICE_IGPU)
+    return [d for d in _ggml().local_devices() if d.kind in kinds]
+
+
+_rpc_endpoints: list[str] = []  # the workers this process uses, named when one is lost
+
+
+@ggml_rpc.ABORT_CALLBACK
+def _on_abort(message: bytes) -> None:
+    """ggml is about to abort(): an RPC failure becomes one line and exit 1; anything else
+    (a bug) is printed and aborts as before."""
+    text = (message or b"").decode("utf-8", "replace").strip()
+    if "ggml-rpc" not in text or os.environ.get("SPECLLAMA_DEBUG") == "1":
+        sys.stderr.write(text + "\n")
+        return
+    rpc.fatal(rpc.describe_abort(text, list(_recent_log), _rpc_endpoints, build_facts().version))
+
+
+def _check_rpc() -> None:
+    if not build_facts().rpc:
+        raise RpcError(
+            "this llama-cpp-python was built without RPC",
+            hint="`specllama doctor` shows the reinstall that adds it",
+        )
+
+
+def _rpc_devices(endpoints: Sequence[str]) -> list[int]:
+    """The target's devices with --rpc: every worker's, then this machine's GPUs (llama.cpp's
+    order: the workers first, to keep the transfers down); the CPU takes what is left."""
+    _check_rpc()
+    if not _rpc_endpoints:
+        _ggml().set_abort_callback(_on_abort)
+    _rpc_endpoints.extend(e for e in endpoints if e not in _rpc_endpoints)
+    remote = [handle for endpoint in endpoints for handle in _ggml().add_server(endpoint)]
+    return remote + [d.handle for d in _local_gpus()]
+
+
+def worker_devices(gpu: bool | None) -> list[ggml_rpc.Device]:
+    """What `specllama worker` serves: this machine's GPUs (gpu None: when it has any), or its
+    CPU (gpu False, or None without a GPU)."""
+    _check_rpc()
+    gpus = _local_gpus() if gpu is not False else []
+    if gpu and not gpus:
+        raise RpcError("this machine has no GPU this llama.cpp build can use", hint="--cpu")
+    if gpus:
+        return gpus
+    return [d for d in _ggml().local_devices() if d.kind == ggml_rpc.DEVICE_CPU][:1]
+
+
+def serve_rpc(endpoint: str, devices: Sequence[ggml_rpc.Device], threads: int) -> None:
+    """ggml's RPC server on `endpoint` (IPv4:port); returns only if it cannot listen."""
+    _ggml().start_server(endpoint, list(devices), threads)
 
 
 def default_threads() -> int:
@@ -168,6 +247,9 @@ class LlamaBackend(EvaluatedTokens):
     `extra_buffers`: llama.cpp's extra buffer types (CPU weight repacking, AMX kernels). None
     decides it the safe way for this machine (`specllama.amx`: off only where the AMX kernels
     crash); True or False forces it.
+
+    `workers`: RPC workers (HOST:PORT) that take the offloaded layers (`n_gpu_layers`), with
+    this machine's GPUs. Loading and every decode then run under a watchdog of `rpc_timeout_s`.
     """
 
     def __init__(
@@ -179,6 +261,8 @@ class LlamaBackend(EvaluatedTokens):
         n_threads: int | None = None,
         n_batch: int = 512,
         extra_buffers: bool | None = None,
+        workers: Sequence[str] = (),
+        rpc_timeout_s: float = rpc.DEFAULT_TIMEOUT_S,
     ) -> None:
         self.path = Path(path)
         _check_gguf(self.path)
@@ -190,11 +274,28 @@ class LlamaBackend(EvaluatedTokens):
                 self.path, system_info=facts.system_info, build_id=facts.build_id
             ).extra_buffers
         self.extra_buffers = extra_buffers
+        self.workers = tuple(workers)
+        self._watchdog: rpc.Watchdog | None = None
 
         model_params = llama_cpp.llama_model_default_params()
         model_params.n_gpu_layers = n_gpu_layers
         model_params.use_extra_bufts = extra_buffers
-        self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), model_params)
+        if self.workers:
+            self._watchdog = rpc.Watchdog(
+                rpc_timeout_s, lambda: rpc.fatal(rpc.timeout_error(self.workers, rpc_timeout_s))
+            )
+            with self._watchdog.armed():
+                handles = _rpc_devices(self.workers)
+            # NULL-terminated; kept alive with the model. Loading feeds the watchdog as weights
+            # reach the workers, so a slow network is not a hung one.
+            self._devices = (ctypes.c_void_p * (len(handles) + 1))(*handles, None)
+            model_params.devices = ctypes.cast(self._devices, ctypes.c_void_p)
+            self._progress = llama_cpp.llama_progress_callback(self._loading)
+            model_params.progress_callback = self._progress
+        with self._waiting():
+            self._model = llama_cpp.llama_model_load_from_file(
+                str(self.path).encode(), model_params
+            )
         if not self._model:
             raise ModelLoadError(f"llama.cpp could not load {self.path}")
         self._vocab = llama_cpp.llama_model_get_vocab(self._model)
@@ -206,7 +307,8 @@ class LlamaBackend(EvaluatedTokens):
         ctx_params.n_ubatch = n_batch
         ctx_params.n_threads = threads
         ctx_params.n_threads_batch = threads
-        self._ctx = llama_cpp.llama_init_from_model(self._model, ctx_params)
+        with self._waiting():
+            self._ctx = llama_cpp.llama_init_from_model(self._model, ctx_params)
         if not self._ctx:
             llama_cpp.llama_model_free(self._model)
             raise ModelLoadError(f"llama.cpp could not create a context for {self.path}")
@@ -221,13 +323,23 @@ class LlamaBackend(EvaluatedTokens):
         self.n_decoded = 0  # tokens evaluated over the lifetime (prefix reuse shows up here)
         self.decode_seconds = 0.0  # time evaluating, logits included: what is not Python overhead
 
+    def _loading(self, _progress: float, _user_data: ctypes.c_void_p) -> bool:
+        if self._watchdog is not None:
+            self._watchdog.feed()
+        return True
+
+    def _waiting(self) -> contextlib.AbstractContextManager[None]:
+        """Around every call that may wait for a worker: the watchdog, with --rpc."""
+        return self._watchdog.armed() if self._watchdog else contextlib.nullcontext()
+
     # -- lifetime ---------------------------------------------------------------------------
 
     def close(self) -> None:
         if getattr(self, "_ctx", None):
-            self._lib.llama_batch_free(self._batch)
-            self._lib.llama_free(self._ctx)
-            self._lib.llama_model_free(self._model)
+            with self._waiting():  # with --rpc, freeing tells the workers
+                self._lib.llama_batch_free(self._batch)
+                self._lib.llama_free(self._ctx)
+                self._lib.llama_model_free(self._model)
             self._ctx = None
 
     def __enter__(self) -> LlamaBackend:
@@ -330,18 +442,20 @@ class LlamaBackend(EvaluatedTokens):
         started = time.perf_counter()
         wanted = sorted(set(logits_at))
         if not copy and len(tokens) <= self.n_batch:
-            self._decode_chunk(tokens, wanted)
-            out = self._logits_view(len(wanted))
+            with self._waiting():
+                self._decode_chunk(tokens, wanted)
+                out = self._logits_view(len(wanted))
         else:
             out = np.empty((len(wanted), self.n_vocab), dtype=np.float32)
             filled = 0
             for start in range(0, len(tokens), self.n_batch):
                 chunk = tokens[start : start + self.n_batch]
                 in_chunk = [i - start for i in wanted if start <= i < start + len(chunk)]
-                self._decode_chunk(chunk, in_chunk)
-                if in_chunk:
-                    out[filled : filled + len(in_chunk)] = self._logits_view(len(in_chunk))
-                    filled += len(in_chunk)
+                with self._waiting():
+                    self._decode_chunk(chunk, in_chunk)
+                    if in_chunk:
+                        out[filled : filled + len(in_chunk)] = self._logits_view(len(in_chunk))
+                filled += len(in_chunk)
         self.n_decoded += len(tokens)
         self.decode_seconds += time.perf_counter() - started
         if list(logits_at) == wanted:

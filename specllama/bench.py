@@ -367,6 +367,7 @@ def run_bench(
             "n_gpu_layers": engine.config.n_gpu_layers,
             "n_gpu_layers_draft": engine.config.n_gpu_layers_draft,
             "extra_buffers": engine.target.extra_buffers,
+            "rpc": list(engine.config.rpc),  # the target's RPC workers
         },
         configs=list(configs),
         prompts=list(prompts),

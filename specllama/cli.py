@@ -34,6 +34,7 @@ from specllama.cli_options import (
     PairOpt,
     PromptsFile,
     Record,
+    Rpc,
     Seed,
     System,
     Target,
@@ -43,13 +44,16 @@ from specllama.cli_options import (
     TopP,
     calibrate_with_notice,
     check_max_tokens,
+    check_rpc_build,
     engine_config,
     fetch_model,
     friendly_errors,
     read_prompt,
+    workers_option,
 )
 from specllama.errors import UsageError
 from specllama.hardware import doctor_report, pair_rows, smallest_quantised_model
+from specllama.rpc import DEFAULT_PORT, check_workers
 from specllama.sampling import SamplingParams
 from specllama.session import Engine
 from specllama.speculative import FinishEvent, TokenEvent, check_prompt_fits
@@ -87,6 +91,7 @@ def run(
     ctx: Ctx = 4096,
     threads: Threads = None,
     extra_buffers: ExtraBuffers = None,
+    rpc: Rpc = None,
     temperature: Temperature = 0.0,
     top_k: TopK = 40,
     top_p: TopP = 1.0,
@@ -118,6 +123,7 @@ def run(
         threads=threads,
         extra_buffers=extra_buffers,
         adaptive=adaptive,
+        rpc_workers=rpc,
     )
     messages = [Message("system", system)] if system else []
     messages.append(Message("user", text))
@@ -172,6 +178,7 @@ def chat(
     ctx: Ctx = 4096,
     threads: Threads = None,
     extra_buffers: ExtraBuffers = None,
+    rpc: Rpc = None,
     temperature: Temperature = 0.0,
     top_k: TopK = 40,
     top_p: TopP = 1.0,
@@ -200,6 +207,7 @@ def chat(
         threads=threads,
         extra_buffers=extra_buffers,
         adaptive=adaptive,
+        rpc_workers=rpc,
     )
     check_max_tokens(max_tokens)
     view = ui.ChatView(color=ui.color_wanted(no_color), record=record is not None)
@@ -221,14 +229,43 @@ def chat(
 
 @app.command()
 @friendly_errors
-def models(json_out: JsonOut = False) -> None:
-    """The catalogue of draft/target pairs: sizes, what is downloaded, what fits this machine."""
-    catalog = load_catalog()
-    rows = pair_rows(catalog, build_facts())
+def models(json_out: JsonOut = False, rpc: Rpc = None) -> None:
+    """The catalogue of draft/target pairs: sizes, what is downloaded, what fits this machine
+    (with --rpc: the target on those workers, the draft here)."""
+    catalog, endpoints = load_catalog(), workers_option(rpc)
+    free = None
+    if endpoints:
+        free = sum(w.free_bytes for w in check_workers(endpoints, version=build_facts().version))
+    rows = pair_rows(catalog, build_facts(), workers_free=free)
     if json_out:
         print(json.dumps([row.as_json() for row in rows], indent=2))
     else:
         ui_catalog.show(ui_catalog.models_table(rows, catalog))
+
+
+@app.command()
+@friendly_errors
+def worker(
+    host: Annotated[
+        str, typer.Option("--host", help="Address to listen on (0.0.0.0: every interface).")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", min=1, max=65535, help="Port.")] = DEFAULT_PORT,
+    gpu: Annotated[
+        bool | None,
+        typer.Option(
+            "--gpu/--cpu",
+            show_default=False,
+            help="Serve the GPUs, or the CPU (default: the GPUs if any).",
+        ),
+    ] = None,
+    threads: Threads = None,
+) -> None:
+    """Serve this machine's GPUs (or CPU) to other machines' --rpc: their target's layers run
+    here. No authentication: trusted networks only."""
+    from specllama import worker as worker_mod
+
+    check_rpc_build()
+    worker_mod.run(host, port, gpu=gpu, threads=threads)
 
 
 @app.command()
@@ -273,6 +310,7 @@ def bench(
     ctx: Ctx = 4096,
     threads: Threads = None,
     extra_buffers: ExtraBuffers = None,
+    rpc: Rpc = None,
     temperature: Temperature = 0.0,
     top_k: TopK = 40,
     top_p: TopP = 1.0,
@@ -326,6 +364,7 @@ def bench(
         threads=threads,
         extra_buffers=extra_buffers,
         adaptive=adaptive,
+        rpc_workers=rpc,
     )
     plan = bench_mod.parse_configs(
         configs,
@@ -372,6 +411,7 @@ def serve(
     ctx: Ctx = 4096,
     threads: Threads = None,
     extra_buffers: ExtraBuffers = None,
+    rpc: Rpc = None,
     adaptive: Adaptive = True,
     temperature: Annotated[
         float, typer.Option("--temperature", help="For requests that set none (0 = greedy).")
@@ -417,6 +457,7 @@ def serve(
         threads=threads,
         extra_buffers=extra_buffers,
         adaptive=adaptive,
+        rpc_workers=rpc,
     )
     # A catalogue pair is served under its name; a --target under its file name.
     model_id = config.target.name if target else load_catalog().pair(pair).name

@@ -17,12 +17,12 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from specllama import amx, hub, ui, ui_catalog
+from specllama import amx, hub, rpc, ui, ui_catalog
 from specllama.backend import build_facts
 from specllama.catalog import Catalog, ModelRef, Pair, load_catalog, parse_ref
 from specllama.drafters import NoDrafter
-from specllama.errors import SpecllamaError, UsageError
-from specllama.hardware import default_gpu_layers
+from specllama.errors import RpcError, SpecllamaError, UsageError
+from specllama.hardware import default_gpu_layers, rpc_reinstall_hint
 from specllama.session import (
     ADAPTIVE_DRAFT_MAX,
     Engine,
@@ -40,6 +40,7 @@ def friendly_errors(command: F) -> F:
 
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        rpc.set_fatal_handler(_report_fatal)
         try:
             return command(*args, **kwargs)
         except SpecllamaError as exc:
@@ -58,6 +59,16 @@ def friendly_errors(command: F) -> F:
             raise typer.Exit(0) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def _report_fatal(error: SpecllamaError) -> None:
+    """An error the process cannot survive (an RPC worker lost in the middle of a decode): the
+    same one line, then backend ends the process."""
+    with contextlib.suppress(OSError, ValueError):
+        if sys.stdout.isatty():
+            sys.stdout.write("\n")  # after a partial answer
+        sys.stdout.flush()
+    ui.print_error(str(error), error.hint)
 
 
 # -- shared options (Annotated aliases, reused by every command that loads models) ------------
@@ -121,6 +132,15 @@ NoTemplate = Annotated[
     bool, typer.Option("--no-chat-template", help="Send the prompt as is, without the template.")
 ]
 JsonOut = Annotated[bool, typer.Option("--json", help="Print one JSON object at the end.")]
+Rpc = Annotated[
+    str | None,
+    typer.Option(
+        "--rpc",
+        metavar="HOST:PORT,...",
+        help="Run the target's layers on these RPC workers (`specllama worker` there); the "
+        f"draft stays here. Env {rpc.TIMEOUT_ENV}: seconds to wait for a worker.",
+    ),
+]
 Adaptive = Annotated[
     bool,
     typer.Option(
@@ -183,6 +203,7 @@ def engine_config(
     threads: int | None,
     extra_buffers: str | None = None,
     adaptive: bool = True,
+    rpc_workers: str | None = None,
 ) -> EngineConfig:
     """The command-line model options -> what the Engine loads (validated before any download)."""
     if drafter is not None:
@@ -190,6 +211,10 @@ def engine_config(
     if draft_max is not None:
         check_draft_max(draft_max)
     buffers = amx.setting_from(extra_buffers)
+    workers = workers_option(rpc_workers)
+    if workers and gpu_layers == 0:
+        raise UsageError("--gpu-layers 0 leaves the --rpc workers nothing to run")
+    rpc_timeout_s = rpc.timeout_from_env()
     target_path, draft_path, chosen = resolve_models(pair, target, draft)
     if drafter is None:
         drafter = chosen.drafter if chosen else ("model" if draft_path else "ngram")
@@ -198,6 +223,8 @@ def engine_config(
     if draft_max is None:
         draft_max = chosen.draft_max if chosen else 4
     offload = default_gpu_layers(build_facts())
+    if gpu_layers is None:  # with workers, every target layer goes to them (and local GPUs)
+        gpu_layers = -1 if workers else offload
     return EngineConfig(
         target=target_path,
         draft=draft_path if drafter == "model" else None,
@@ -205,12 +232,31 @@ def engine_config(
         draft_max=draft_max,
         adaptive_draft_max=adaptive_draft_max,
         n_ctx=ctx,
-        n_gpu_layers=offload if gpu_layers is None else gpu_layers,
+        n_gpu_layers=gpu_layers,
         n_gpu_layers_draft=offload if gpu_layers_draft is None else gpu_layers_draft,
         n_threads=threads,
         extra_buffers={"on": True, "off": False}.get(buffers),
         adaptive=adaptive,
+        rpc=workers,
+        rpc_timeout_s=rpc_timeout_s,
     )
+
+
+def workers_option(text: str | None) -> tuple[str, ...]:
+    """--rpc HOST:PORT,... -> endpoints, refused at once by a build without RPC."""
+    if text is None:
+        return ()
+    workers = rpc.parse_endpoints(text)
+    check_rpc_build()
+    return workers
+
+
+def check_rpc_build() -> None:
+    facts = build_facts()
+    if not facts.rpc:
+        raise RpcError(
+            "this llama-cpp-python was built without RPC", hint=rpc_reinstall_hint(facts)
+        )
 
 
 def calibrate_with_notice(engine: Engine) -> None:

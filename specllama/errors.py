@@ -41,3 +41,8 @@ class CatalogError(SpecllamaError):
 
 class DownloadError(SpecllamaError):
     """A model could not be fetched or failed its checksum."""
+
+
+class RpcError(SpecllamaError):
+    """A worker given with --rpc cannot be reached, refuses the handshake, or was lost; or this
+    llama.cpp build has no RPC backend."""

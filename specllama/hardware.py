@@ -37,6 +37,7 @@ _UNIFIED_SHARE = 0.75
 FIT_GPU = "gpu"  # everything in GPU memory
 FIT_SPLIT = "gpu+cpu"  # GPU memory plus RAM (some layers on the CPU)
 FIT_CPU = "cpu"  # in RAM, on the CPU
+FIT_RPC = "rpc"  # with --rpc: the target on the workers (and here if need be), the draft here
 FIT_NO = "no"
 FIT_UNKNOWN = "?"  # a model's size is not known
 
@@ -45,6 +46,7 @@ class BuildInfo(Protocol):
     version: str
     gpu_offload: bool
     system_info: str
+    rpc: bool
 
 
 @dataclass(frozen=True)
@@ -134,14 +136,23 @@ def default_gpu_layers(build: BuildInfo) -> int:
 
 
 def reinstall_hint(machine: Machine | None = None) -> str:
-    """How to get a GPU build of llama-cpp-python on this kind of machine."""
+    """How to get a GPU build of llama-cpp-python on this kind of machine (with RPC, which the
+    README's install has: a rebuild should not lose --rpc and `specllama worker`)."""
     pip = "pip install --force-reinstall --no-cache-dir llama-cpp-python"
     if sys.platform == "darwin":
-        return f'CMAKE_ARGS="-DGGML_METAL=on" {pip}'
-    cuda = f'CMAKE_ARGS="-DGGML_CUDA=on" {pip}'
+        return f'CMAKE_ARGS="-DGGML_METAL=on -DGGML_RPC=ON" {pip}'
+    cuda = f'CMAKE_ARGS="-DGGML_CUDA=on -DGGML_RPC=ON" {pip}'
     if machine is not None and machine.gpus:
         return cuda + "  (needs the CUDA toolkit, nvcc)"
     return cuda + "  (NVIDIA; for other GPUs: -DGGML_VULKAN=on)"
+
+
+def rpc_reinstall_hint(build: BuildInfo) -> str:
+    """The rebuild that adds RPC and keeps the GPU backend this build has."""
+    backend = gpu_backend(build)
+    extra = {"CUDA": "-DGGML_CUDA=on ", "Metal": "-DGGML_METAL=on "}.get(backend, "")
+    pip = "pip install --force-reinstall --no-cache-dir llama-cpp-python"
+    return f'CMAKE_ARGS="{extra}-DGGML_RPC=ON" {pip}'
 
 
 # ---------------------------------------------------------------- fit checks
@@ -161,16 +172,20 @@ def memory_needed(sizes: Sequence[int | None]) -> int | None:
     return sum(int(s * (1 + _OVERHEAD_FRACTION)) + _OVERHEAD_FIXED for s in sizes if s)
 
 
+def _memory(machine: Machine, offload: bool) -> tuple[int, int | None]:
+    """(usable RAM, usable GPU memory or None)."""
+    ram = int(machine.ram_total * _RAM_SHARE)
+    if offload and machine.unified_memory:
+        return ram, int(machine.ram_total * _UNIFIED_SHARE)
+    return ram, machine.vram_total if offload else None
+
+
 def fits(sizes: Sequence[int | None], machine: Machine, offload: bool) -> Fit:
     """Where models of these sizes would run on `machine` (`offload`: the build can use a GPU)."""
     need = memory_needed(sizes)
     if need is None:
         return Fit(FIT_UNKNOWN, None, "size unknown")
-    ram = int(machine.ram_total * _RAM_SHARE)
-    if offload and machine.unified_memory:
-        gpu: int | None = int(machine.ram_total * _UNIFIED_SHARE)
-    else:
-        gpu = machine.vram_total if offload else None
+    ram, gpu = _memory(machine, offload)
     if gpu is not None and need <= gpu:
         return Fit(FIT_GPU, need, f"{_gb(need)} of {_gb(gpu)} GPU memory")
     if gpu is not None and not machine.unified_memory and need <= gpu + ram:
@@ -179,6 +194,36 @@ def fits(sizes: Sequence[int | None], machine: Machine, offload: bool) -> Fit:
         why = "" if gpu is None else " (too big for the GPU)"
         return Fit(FIT_CPU, need, f"{_gb(need)} of {_gb(ram)} usable RAM{why}")
     return Fit(FIT_NO, need, f"needs {_gb(need)}, {_gb(ram)} usable RAM")
+
+
+def fits_with_workers(
+    target_size: int | None,
+    draft_size: int | None,
+    machine: Machine,
+    offload: bool,
+    workers_free: int,
+) -> Fit:
+    """With --rpc: the draft here, the target on the workers' free memory (what ggml reports
+    per RPC device) and, when that is short, on what the draft leaves here."""
+    draft = fits([draft_size], machine, offload)
+    target_need = memory_needed([target_size])
+    if draft.need_bytes is None or target_need is None:
+        return Fit(FIT_UNKNOWN, None, "size unknown")
+    need = target_need + draft.need_bytes
+    if draft.verdict == FIT_NO:
+        return Fit(FIT_NO, need, f"the draft alone {draft.detail}")
+    ram, gpu = _memory(machine, offload)
+    here = (gpu or 0) if machine.unified_memory and gpu else ram + (gpu or 0)
+    spare = max(here - draft.need_bytes, 0)
+    if target_need <= workers_free:
+        where = f"target {_gb(target_need)} on the workers ({_gb(workers_free)} free)"
+    elif target_need <= workers_free + spare:
+        where = f"target {_gb(target_need)}: the workers' {_gb(workers_free)} free + here"
+    else:
+        return Fit(
+            FIT_NO, need, f"target needs {_gb(target_need)}, workers {_gb(workers_free)} free"
+        )
+    return Fit(FIT_RPC, need, f"{where}, draft here")
 
 
 def _gb(n: int) -> str:
@@ -220,13 +265,20 @@ def pair_rows(
     build: BuildInfo,
     machine: Machine | None = None,
     is_downloaded: Callable[[ModelRef], bool] = hub.is_cached,
+    workers_free: int | None = None,
 ) -> list[PairRow]:
-    """One row per catalogue pair: what it is, whether it is here, whether it fits."""
+    """One row per catalogue pair: what it is, whether it is here, whether it fits (with
+    `workers_free`, the free memory of --rpc workers: the target there, the draft here)."""
     machine = machine or probe_machine()
     rows = []
     for pair in catalog.pairs.values():
         target, draft = catalog.model(pair.target), catalog.model(pair.draft)
-        fit = fits([target.approx_size, draft.approx_size], machine, build.gpu_offload)
+        if workers_free is None:
+            fit = fits([target.approx_size, draft.approx_size], machine, build.gpu_offload)
+        else:
+            fit = fits_with_workers(
+                target.approx_size, draft.approx_size, machine, build.gpu_offload, workers_free
+            )
         rows.append(
             PairRow(
                 name=pair.name,
@@ -270,6 +322,8 @@ class Doctor:
     gpu_offload: bool
     gpu_backend: str
     reinstall_hint: str | None  # None when the build already offloads
+    rpc: bool  # --rpc and `specllama worker` work
+    rpc_hint: str | None  # the reinstall that adds RPC, when it is missing
     system_info: str
     default_gpu_layers: int
     machine: Machine
@@ -310,6 +364,8 @@ def doctor_report(
         gpu_offload=build.gpu_offload,
         gpu_backend=gpu_backend(build),
         reinstall_hint=None if build.gpu_offload else reinstall_hint(machine),
+        rpc=build.rpc,
+        rpc_hint=None if build.rpc else rpc_reinstall_hint(build),
         system_info=build.system_info,
         default_gpu_layers=default_gpu_layers(build),
         machine=machine,

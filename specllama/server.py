@@ -376,8 +376,11 @@ def startup_facts(engine: Engine, settings: Settings) -> list[str]:
         drafter = f"draft {config.draft.name} ({engine.drafter.name})"
     mode = "adaptive" if config.adaptive else f"fixed draft-max {engine.draft_max}"
     key = " · API key required" if settings.api_key else ""
+    workers = ""
+    if config.rpc:
+        workers = f" (layers on RPC workers {', '.join(config.rpc)})"
     return [
-        f"model {settings.model_id!r}: target {config.target.name} · {drafter} · {mode}",
+        f"model {settings.model_id!r}: target {config.target.name}{workers} · {drafter} · {mode}",
         f"ctx {engine.target.n_ctx} · one generation at a time, {settings.max_waiting} may wait"
         f" · temperature {settings.defaults.temperature:g} when a request sets none{key}",
         "Ctrl-C stops the server",

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from specllama import calibration
+from specllama import calibration, rpc
 from specllama.backend import LlamaBackend, build_facts, default_threads
 from specllama.catalog import DRAFTERS
 from specllama.chat import Message, plain_prompt, render_chat
@@ -26,6 +26,7 @@ from specllama.drafters import (
     NoDrafter,
 )
 from specllama.errors import UsageError
+from specllama.rpc import DEFAULT_TIMEOUT_S
 from specllama.sampling import SamplingParams, make_rng
 from specllama.speculative import Event, generate
 
@@ -59,6 +60,9 @@ class EngineConfig:
     # Adaptive: draft length, source (n-gram first, then the draft model) and on/off chosen
     # each round from measured costs and acceptance. Fixed: always draft_max from one drafter.
     adaptive: bool = True
+    # RPC workers (HOST:PORT) for the target's offloaded layers; the draft stays here.
+    rpc: tuple[str, ...] = ()
+    rpc_timeout_s: float = DEFAULT_TIMEOUT_S
 
     def __post_init__(self) -> None:
         check_drafter(self.drafter)
@@ -75,12 +79,18 @@ class Engine:
 
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
+        # A first look at the workers, where a failure is an error and not llama.cpp's abort.
+        self.workers: list[rpc.Worker] = []
+        if config.rpc:
+            self.workers = rpc.check_workers(config.rpc, version=build_facts().version)
         self.target = LlamaBackend(
             config.target,
             n_ctx=config.n_ctx,
             n_gpu_layers=config.n_gpu_layers,
             n_threads=config.n_threads,
             extra_buffers=config.extra_buffers,
+            workers=config.rpc,
+            rpc_timeout_s=config.rpc_timeout_s,
         )
         self.draft_model: LlamaBackend | None = None
         if config.draft is not None and config.drafter == "model":
@@ -169,6 +179,7 @@ class Engine:
                 n_gpu_layers_draft=self.config.n_gpu_layers_draft,
                 llama_version=build_facts().version,
                 extra_buffers=self.target.extra_buffers,
+                workers=[(w.endpoint, w.total_bytes) for w in self.workers],
             )
             self.costs = calibration.load_or_measure(
                 key,

@@ -360,9 +360,11 @@ def write_json_line(obj: dict[str, object]) -> None:
 # -- serve: the ready banner and the server's log lines ---------------------------------------
 
 
-def print_serving(url: str, facts: list[str], console: Console | None = None) -> None:
+def print_serving(
+    url: str, facts: list[str], console: Console | None = None, title: str = "specllama serve "
+) -> None:
     console = console or stderr_console()
-    console.print(Text.assemble(("specllama serve ", "bold"), (url, "bold cyan")), soft_wrap=True)
+    console.print(Text.assemble((title, "bold"), (url, "bold cyan")), soft_wrap=True)
     for fact in facts:
         console.print(Text(f"  {fact}", style="dim"), soft_wrap=True)
 

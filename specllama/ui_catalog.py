@@ -86,7 +86,8 @@ def models_table(rows: list[PairRow], catalog: Catalog) -> Table:
     """Narrow enough for an 80-column terminal; `--json` has every field."""
     table = Table(
         header_style="bold",
-        caption="* default pair   ? size/sha256 not verified   fits: where it would run",
+        caption="* default pair   ? size/sha256 not verified   fits: where it would run "
+        "(rpc: the target on the --rpc workers)",
     )
     for column in ("pair", "target", "draft", "size", "here", "fits"):
         table.add_column(column)
@@ -145,6 +146,11 @@ def doctor_table(report: Doctor, calibrations: list[dict[str, object]] = ()) -> 
         rows.append(("VRAM", f"{report.machine.vram_total / 1e9:.1f} GB"))
     if report.reinstall_hint:
         rows.append(("to use a GPU", report.reinstall_hint))
+    rows.append(
+        ("RPC (--rpc, worker)", "[green]yes[/green]" if report.rpc else "[yellow]no[/yellow]")
+    )
+    if report.rpc_hint:
+        rows.append(("to add RPC", report.rpc_hint))
     if report.amx is not None:
         rows.extend(_amx_rows(report.amx))
     for cache in report.caches:

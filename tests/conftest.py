@@ -30,3 +30,16 @@ def smol_draft() -> Path:
 def smol_bad_vocab() -> Path:
     """A 2-layer copy whose token model_factory.CHANGED_TOKEN_ID has different text."""
     return model_factory.smollm2_changed_vocab()
+
+
+def pytest_report_header() -> str:
+    from rpc_workers import HAS_RPC, NO_RPC
+
+    return "rpc: this llama-cpp-python has the RPC backend" if HAS_RPC else f"rpc: {NO_RPC}"
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    from rpc_workers import HAS_RPC, NO_RPC
+
+    if not HAS_RPC:  # said again at the end, where it is seen
+        terminalreporter.write_line(NO_RPC, red=True, bold=True)

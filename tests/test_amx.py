@@ -106,6 +106,7 @@ def test_cmake_args_turn_off_what_the_cpu_lacks_and_keep_the_gpu_backend():
     assert "-DGGML_AVX=ON" in args and "-DGGML_AVX2=OFF" in args and "-DGGML_FMA=OFF" in args
     assert not [a for a in args if "AVX512" in a]
     assert "-DGGML_CUDA=on" in args
+    assert "-DGGML_RPC=ON" in args  # a rebuild keeps --rpc and `specllama worker`
 
 
 def test_cpu_flags_are_read_from_cpuinfo(tmp_path):

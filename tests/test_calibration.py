@@ -121,6 +121,18 @@ def test_cached_calibrations_report_for_doctor(tmp_path):
     json.dumps(entry)  # JSON-ready for `doctor --json`
 
 
+def test_the_key_names_the_rpc_workers_and_stays_unchanged_without_them(tmp_path) -> None:
+    target = tmp_path / "t.gguf"
+    target.write_bytes(b"GGUF")
+    plain = calibration.calibration_key(target, None, n_threads=2)
+    assert "rpc" not in plain  # keys measured before --rpc existed still match
+    remote = calibration.calibration_key(
+        target, None, n_threads=2, workers=[("10.0.0.2:50052", 24 * 10**9)]
+    )
+    assert remote["rpc"] == [{"endpoint": "10.0.0.2:50052", "memory_total": 24 * 10**9}]
+    assert calibration._key_path(remote) != calibration._key_path(plain)
+
+
 class SleepingFake(TimedFake):
     """Decoding really takes its time (a sleep, which lets other threads run, as llama_decode
     does); `lock`, when shared, makes two models take turns, as CPU cores full of one decode."""

@@ -20,6 +20,7 @@ class FakeBuild:
     version: str = "0.3.36"
     gpu_offload: bool = False
     system_info: str = "CPU : SSE3 = 1 | AVX2 = 1 | OPENMP = 1 |"
+    rpc: bool = True
 
 
 CUDA = FakeBuild(gpu_offload=True, system_info="CUDA : ARCHS = 890 | CPU : AVX2 = 1 |")
@@ -47,6 +48,29 @@ def test_fit_verdicts() -> None:
     assert hw.fits(sizes, machine(vram=8 * GB), offload=False).verdict == hw.FIT_CPU
     assert hw.fits(sizes, machine(ram=4 * GB), offload=False).verdict == hw.FIT_NO
     assert hw.fits([None, GB], machine(), offload=False).verdict == hw.FIT_UNKNOWN
+
+
+def test_with_workers_the_target_fits_on_their_memory_and_the_draft_here() -> None:
+    small_laptop = machine(ram=8 * GB)
+    target, draft = 20 * GB, GB // 2
+    assert hw.fits([target, draft], small_laptop, offload=False).verdict == hw.FIT_NO
+    on_workers = hw.fits_with_workers(target, draft, small_laptop, False, workers_free=24 * GB)
+    assert on_workers.verdict == hw.FIT_RPC and "on the workers" in on_workers.detail
+    # Short on the workers: what the draft leaves here makes up the rest.
+    split = hw.fits_with_workers(target, draft, small_laptop, False, workers_free=18 * GB)
+    assert split.verdict == hw.FIT_RPC and "+ here" in split.detail
+    too_big = hw.fits_with_workers(target, draft, small_laptop, False, workers_free=8 * GB)
+    assert too_big.verdict == hw.FIT_NO
+    no_room_for_the_draft = hw.fits_with_workers(target, 9 * GB, small_laptop, False, 99 * GB)
+    assert no_room_for_the_draft.verdict == hw.FIT_NO
+    assert hw.fits_with_workers(None, draft, small_laptop, False, GB).verdict == hw.FIT_UNKNOWN
+
+
+def test_pair_rows_with_workers() -> None:
+    rows = hw.pair_rows(load_catalog(), FakeBuild(), machine(ram=4 * GB), workers_free=64 * GB)
+    by_name = {row.name: row for row in rows}
+    assert by_name["qwen2.5-coder-1.5b"].fit == hw.FIT_RPC
+    assert by_name["qwen2.5-coder-32b"].fit == hw.FIT_RPC  # ~20 GB: only across machines
 
 
 def test_apple_unified_memory_counts_as_gpu_memory() -> None:
@@ -117,3 +141,14 @@ def test_doctor_report_with_cuda() -> None:
     report = hw.doctor_report(CUDA, machine(vram=8 * GB))
     assert report.gpu_backend == "CUDA" and report.reinstall_hint is None
     assert report.default_gpu_layers == -1
+    assert report.rpc and report.rpc_hint is None
+
+
+def test_doctor_report_says_how_to_add_rpc_and_keep_the_gpu() -> None:
+    report = hw.doctor_report(FakeBuild(gpu_offload=True, rpc=False, system_info=CUDA.system_info))
+    assert not report.rpc
+    assert report.rpc_hint == (
+        'CMAKE_ARGS="-DGGML_CUDA=on -DGGML_RPC=ON" pip install --force-reinstall --no-cache-dir '
+        "llama-cpp-python"
+    )
+    assert "-DGGML_RPC=ON" in (hw.doctor_report(FakeBuild(rpc=False)).rpc_hint or "")
