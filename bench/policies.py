@@ -74,12 +74,12 @@ def with_overlap(machine: MachineCosts, overlap: float) -> MachineCosts:
 
 
 def record(args: argparse.Namespace) -> None:
-    from specllama import bench
+    from specllama.bench_prompts import load_prompts
     from specllama.calibration import _cpu_name
     from specllama.session import Engine, EngineConfig
     from specllama.simulator import record_trace
 
-    prompts = bench.load_prompts(args.prompts)
+    prompts = load_prompts(args.prompts)
     config = EngineConfig(target=args.target, draft=args.draft, n_ctx=4096)
     traces = []
     with Engine(config) as engine:

@@ -335,11 +335,13 @@ def bench(
 ) -> None:
     """Target alone vs. speculative configurations, interleaved, on the same prompts."""
     from specllama import bench as bench_mod
+    from specllama import bench_report
+    from specllama.bench_prompts import load_prompts
 
     if plot_file is not None:
-        bench_mod.check_plot_support()
+        bench_report.check_plot_support()
     check_max_tokens(max_tokens)
-    chosen = bench_mod.load_prompts(prompts)
+    chosen = load_prompts(prompts)
     if category:
         known = {p.category for p in chosen}
         missing = [c for c in category if c not in known]
@@ -377,7 +379,7 @@ def bench(
     with Engine(config) as engine:
         if any(c.adaptive for c in plan):
             calibrate_with_notice(engine)
-        with bench_mod.progress_bar(console) as progress:
+        with bench_report.progress_bar(console) as progress:
             result = bench_mod.run_bench(
                 engine,
                 chosen,
@@ -389,12 +391,12 @@ def bench(
                 progress=progress,
             )
     report = bench_mod.to_json(result)
-    bench_mod.print_report(report)
+    bench_report.print_report(report)
     if json_file is not None:
         json_file.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
         console.print(f"[dim]results written to {json_file}[/dim]")
     if plot_file is not None:
-        bench_mod.write_plot(report, plot_file)
+        bench_report.write_plot(report, plot_file)
         console.print(f"[dim]plot written to {plot_file}[/dim]")
 
 

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from specllama import bench
-from specllama.bench import BenchConfig, BenchPrompt, BenchResult, Run
+from specllama import bench, bench_report
+from specllama.bench import BenchConfig, BenchResult, Run
+from specllama.bench_prompts import BenchPrompt, load_prompts
 from specllama.chat import Message
 from specllama.cli import app
 from specllama.errors import UsageError
@@ -102,7 +103,7 @@ def test_the_validator_catches_violations():
 
 
 def test_the_bundled_prompt_set():
-    prompts = bench.load_prompts()
+    prompts = load_prompts()
     assert 28 <= len(prompts) <= 40
     counts = Counter(p.category for p in prompts)
     assert set(counts) == {
@@ -134,7 +135,7 @@ def test_prompt_file_format(tmp_path):
         '{"id": "conv", "category": "chat", "messages": [{"role": "user", "content": "Hi"},'
         ' {"role": "assistant", "content": "Hello"}, {"role": "user", "content": "More"}]}\n',
     )
-    first, second = bench.load_prompts(path)
+    first, second = load_prompts(path)
     assert first.messages == (Message("system", "Be brief."), Message("user", "Why?"))
     assert first.max_tokens == 5 and first.id == "01"
     assert second.id == "conv" and [m.role for m in second.messages] == [
@@ -160,15 +161,15 @@ def test_prompt_file_format(tmp_path):
 def test_prompt_file_errors_name_the_line(tmp_path, line, message):
     path = write(tmp_path, '{"category": "ok", "prompt": "fine"}\n' + line + "\n")
     with pytest.raises(UsageError, match=re.escape(message)) as info:
-        bench.load_prompts(path)
+        load_prompts(path)
     assert f"{path}:2" in str(info.value)
 
 
 def test_duplicate_ids_and_empty_files_are_refused(tmp_path):
     with pytest.raises(UsageError, match="used twice"):
-        bench.load_prompts(write(tmp_path, '{"id": "a", "category": "c", "prompt": "x"}\n' * 2))
+        load_prompts(write(tmp_path, '{"id": "a", "category": "c", "prompt": "x"}\n' * 2))
     with pytest.raises(UsageError, match="no prompts"):
-        bench.load_prompts(write(tmp_path, "\n# nothing\n"))
+        load_prompts(write(tmp_path, "\n# nothing\n"))
 
 
 # -- configurations ---------------------------------------------------------------------------
@@ -263,7 +264,7 @@ def test_speedups_are_computed_pair_by_pair_and_summarised_by_category():
     assert row["equals_target"] == 0.5  # prompt b differed
     assert row["overhead_ms_per_round"] == pytest.approx(1.0)
     assert row["tokens_per_s"] == {"median": 20.0, "min": 10.0, "max": 40.0}
-    assert bench.histogram_text({"0": 1, "3": 3}) == "0:25 3:75"
+    assert bench_report.histogram_text({"0": 1, "3": 3}) == "0:25 3:75"
 
 
 # -- end to end, on real tiny models ----------------------------------------------------------
@@ -375,5 +376,5 @@ def test_plot_is_written_when_matplotlib_is_there(tmp_path):
         ],
     }
     path = tmp_path / "plot.png"
-    bench.write_plot(report, path)
+    bench_report.write_plot(report, path)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
