@@ -53,7 +53,7 @@ from specllama.cli_options import (
 )
 from specllama.errors import UsageError
 from specllama.hardware import doctor_report, pair_rows, smallest_quantised_model
-from specllama.rpc import DEFAULT_PORT, check_workers
+from specllama.rpc import DEFAULT_PORT, check_workers, is_loopback
 from specllama.sampling import SamplingParams
 from specllama.session import Engine
 from specllama.speculative import FinishEvent, TokenEvent, check_prompt_fits
@@ -465,7 +465,7 @@ def serve(
     model_id = config.target.name if target else load_catalog().pair(pair).name
     settings = server.Settings(model_id, api_key, queue, defaults)
     console = ui.stderr_console()
-    if api_key is None and not server.is_loopback(host):
+    if api_key is None and not is_loopback(host):
         ui.print_warning(
             f"listening on {host} without --api-key: anyone who can reach this machine can "
             "use the models",

@@ -95,6 +95,7 @@ def split(endpoint: str) -> tuple[str, int]:
 
 
 def is_loopback(host: str) -> bool:
+    """Whether `host` only reaches this machine: `worker` and `serve` warn otherwise."""
     if host == "localhost":
         return True
     try:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import ipaddress
 import json
 import logging
 import os
@@ -352,15 +351,6 @@ def bind(host: str, port: int) -> socket.socket:
             hint="choose another --port (0 picks a free one), or stop what uses this one",
         ) from None
     return sock
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:  # a host name: it may resolve to anything
-        return False
 
 
 def url_of(sock: socket.socket) -> str:

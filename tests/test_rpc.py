@@ -190,3 +190,8 @@ def test_an_rpc_abort_in_this_process_is_one_line_and_exit_1() -> None:
         f"error: could not connect to the RPC worker at 127.0.0.1:{port} "
         "(hint: start `specllama worker` there (or llama.cpp's rpc-server))"
     )
+
+
+def test_loopback_addresses():
+    assert all(map(rpc.is_loopback, ["127.0.0.1", "::1", "localhost", "127.0.0.2"]))
+    assert not any(map(rpc.is_loopback, ["0.0.0.0", "::", "192.168.1.10", "example.org"]))
