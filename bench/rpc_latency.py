@@ -158,8 +158,8 @@ def controller_view(report: dict) -> tuple[str, str]:
     """What the adaptive controller makes of this setting's calibration, before any round: its
     best draft-model length at acceptance 0.6 / 0.8 (with the speedup it expects), and the
     lowest acceptance at which drafting with the model pays."""
-    from specllama.controller import MODEL, AdaptiveController
-    from specllama.costs import Costs
+    from specllama.policy.controller import MODEL, AdaptiveController
+    from specllama.policy.costs import Costs
 
     if not report.get("calibration"):
         return "-", "-"

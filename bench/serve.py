@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from specllama.bench_prompts import load_prompts
+from specllama.bench.prompts import load_prompts
 
 PYTHON = [sys.executable, "-m", "specllama"]
 

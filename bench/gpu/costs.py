@@ -19,12 +19,13 @@ from pathlib import Path
 
 import numpy as np
 
-from specllama.backend import LlamaBackend, build_facts
-from specllama.controller import FixedLength
-from specllama.costs import expected_tokens
-from specllama.drafters import DraftModelDrafter, NoDrafter
-from specllama.sampling import SamplingParams
-from specllama.speculative import FinishEvent, generate
+from specllama.engine.control import FixedLength
+from specllama.engine.drafters import DraftModelDrafter, NoDrafter
+from specllama.engine.events import FinishEvent
+from specllama.engine.sampling import SamplingParams
+from specllama.engine.speculative import generate
+from specllama.llama.backend import LlamaBackend, build_facts
+from specllama.policy.costs import expected_tokens
 
 BATCHES = range(1, 11)
 ACCEPTANCE = (0.5, 0.6, 0.7, 0.8, 0.9)

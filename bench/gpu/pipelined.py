@@ -19,12 +19,14 @@ from pathlib import Path
 
 import numpy as np
 
-from specllama import calibration
-from specllama.backend import LlamaBackend, build_facts
-from specllama.controller import AdaptiveController, FixedLength
-from specllama.drafters import DraftModelDrafter, NoDrafter
-from specllama.sampling import SamplingParams
-from specllama.speculative import FinishEvent, RoundEvent, generate
+from specllama.engine.control import FixedLength
+from specllama.engine.drafters import DraftModelDrafter, NoDrafter
+from specllama.engine.events import FinishEvent, RoundEvent
+from specllama.engine.sampling import SamplingParams
+from specllama.engine.speculative import generate
+from specllama.llama.backend import LlamaBackend, build_facts
+from specllama.policy import calibration
+from specllama.policy.controller import AdaptiveController
 
 CONFIGS = ("target", "model:4", "model:8", "pipe:4", "pipe:8", "adaptive")
 

@@ -21,8 +21,8 @@ cp -r "$SDIST/llama_cpp" .gpu/py/ && rm -rf .gpu/py/llama_cpp/server
 pip download -q --no-deps -d .gpu/whl gguf==0.19.0 diskcache==5.6.3
 python - <<'PY'
 import gguf
-from specllama.catalog import load_catalog
-from specllama.hub import ensure_model
+from specllama.models.catalog import load_catalog
+from specllama.models.hub import ensure_model
 source = ensure_model(load_catalog().model("qwen2.5-coder-0.5b-instruct-q4_k_m"))
 reader = gguf.GGUFReader(source)
 writer = gguf.GGUFWriter(".gpu/qwen-vocab.gguf", "qwen2")

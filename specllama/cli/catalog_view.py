@@ -1,0 +1,170 @@
+"""Rich views of the catalogue side: download progress, the `models` table, `doctor`."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from rich.console import Console, RenderableType
+from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TextColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
+from rich.table import Table
+from rich.text import Text
+
+from specllama.cli.ui import stderr_console
+from specllama.llama.amx import CRASHES, WORKS, AmxReport
+from specllama.models.catalog import Catalog, ModelRef
+from specllama.models.hardware import Doctor, PairRow
+
+ProgressFor = Callable[[ModelRef], Callable[[int, int], None]]
+
+
+def show(renderable: RenderableType) -> None:
+    """Tables and paths for the user go to stdout (they are the command's output)."""
+    Console(no_color=bool(os.environ.get("NO_COLOR")), highlight=False).print(renderable)
+
+
+def notice_printer(console: Console) -> Callable[[str], None]:
+    return lambda line: console.print(Text(line, style="dim"))
+
+
+@contextmanager
+def download_progress(console: Console | None = None) -> Iterator[ProgressFor]:
+    """Yields `progress_for(model)`: a (done, total) callback drawing one bar per model.
+
+    Bars appear only when a download actually reports bytes, so a cached model shows nothing.
+    """
+    console = console or stderr_console()
+    bars = Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        transient=False,
+    )
+
+    started: list[bool] = []
+
+    def progress_for(model: ModelRef) -> Callable[[int, int], None]:
+        task: list[int] = []
+
+        def update(done: int, total: int) -> None:
+            if not task:
+                if not started:
+                    bars.start()
+                    started.append(True)
+                task.append(bars.add_task(model.name, total=total or model.size))
+            bars.update(task[0], completed=done, total=total or model.size)
+
+        return update
+
+    try:
+        yield progress_for
+    finally:
+        if started:  # stopping a bar that never started still prints an empty line
+            bars.stop()
+
+
+def _size(n: int | None, exact: bool) -> str:
+    if n is None:
+        return "?"
+    return f"{'' if exact else '~'}{n / 1e9:.2f} GB"
+
+
+def models_table(rows: list[PairRow], catalog: Catalog) -> Table:
+    """Narrow enough for an 80-column terminal; `--json` has every field."""
+    table = Table(
+        header_style="bold",
+        caption="* default pair   ? size/sha256 not verified   fits: where it would run "
+        "(rpc: the target on the --rpc workers)",
+    )
+    for column in ("pair", "target", "draft", "size", "here", "fits"):
+        table.add_column(column)
+    for row in rows:
+        size = None
+        if row.target_size is not None and row.draft_size is not None:
+            size = row.target_size + row.draft_size
+        marks = ("*" if row.default else "") + ("" if row.verified else "?")
+        table.add_row(
+            f"{row.name}{marks}",
+            _short(catalog.model(row.target)),
+            _short(catalog.model(row.draft)),
+            _size(size, row.size_exact),
+            "[green]yes[/green]" if row.downloaded else "no",
+            row.fit,
+        )
+    return table
+
+
+def _short(model: ModelRef) -> str:
+    return f"{model.params or '?'} {model.quant or ''}".strip()
+
+
+def _amx_rows(amx: AmxReport) -> list[tuple[str, str]]:
+    yes_no = {True: "yes", False: "no"}
+    probe = {CRASHES: "[red]crashes[/red]", WORKS: "[green]works[/green]"}.get(amx.probe, amx.probe)
+    buffers = "[green]on[/green]" if amx.extra_buffers else "[yellow]off[/yellow]"
+    return [
+        (
+            "AMX kernels",
+            f"compiled in: {yes_no[amx.build_amx]} · CPU has AMX: {yes_no[amx.cpu_amx]} · "
+            f"probe: {probe}",
+        ),
+        ("extra buffers", f"{buffers} for quantised models ({escape(amx.reason)})"),
+        ("CMAKE_ARGS here", f"{amx.cmake_args} (this CPU's kernels, AMX left out)"),
+    ]
+
+
+def doctor_table(report: Doctor, calibrations: list[dict[str, object]] = ()) -> Table:
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_column(style="bold")
+    table.add_column()
+    offload = (
+        f"[green]yes[/green] ({report.gpu_backend})"
+        if report.gpu_offload
+        else "[yellow]no[/yellow]"
+    )
+    rows = [
+        ("llama-cpp-python", report.llama_cpp_version),
+        ("GPU offload", offload),
+        ("default --gpu-layers", str(report.default_gpu_layers)),
+        ("RAM", f"{report.machine.ram_total / 1e9:.1f} GB"),
+        ("CPU cores", str(report.machine.physical_cores)),
+    ]
+    if report.machine.vram_total:
+        rows.append(("VRAM", f"{report.machine.vram_total / 1e9:.1f} GB"))
+    if report.reinstall_hint:
+        rows.append(("to use a GPU", report.reinstall_hint))
+    rows.append(
+        ("RPC (--rpc, worker)", "[green]yes[/green]" if report.rpc else "[yellow]no[/yellow]")
+    )
+    if report.rpc_hint:
+        rows.append(("to add RPC", report.rpc_hint))
+    if report.amx is not None:
+        rows.extend(_amx_rows(report.amx))
+    for cache in report.caches:
+        state = f"{cache.size_bytes / 1e9:.2f} GB" if cache.exists else "empty"
+        rows.append(("cache", f"{cache.path} ({state})"))
+    rows.append(("user catalogue", str(report.user_catalog)))
+    rows.append(("hub", report.hub_endpoint + (" (offline)" if report.offline else "")))
+    rows.append(("python", f"{report.python} on {report.platform}"))
+    for measured in calibrations:  # what the adaptive controller works from, per pair
+        pair = Path(str(measured["target"])).name
+        if measured["draft"]:
+            pair += f" + {Path(str(measured['draft'])).name}"
+        rows.append(("calibration", f"{pair}: {measured['summary']}"))
+    rows.extend(("note", note) for note in report.notes)
+    for key, value in rows:
+        table.add_row(key, value)
+    return table

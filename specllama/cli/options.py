@@ -1,0 +1,325 @@
+"""What the commands share: option aliases, the one place errors become one line, reading the
+prompt, and turning model options into an EngineConfig (downloading models when needed).
+
+Every SpecllamaError is caught in `friendly_errors` and printed as one line; SPECLLAMA_DEBUG=1
+lets the traceback through instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+from specllama.cli import catalog_view, ui
+from specllama.cli.catalog_view import ProgressFor, download_progress
+from specllama.engine.drafters import NoDrafter
+from specllama.errors import RpcError, SpecllamaError, UsageError
+from specllama.llama import amx, rpc
+from specllama.llama.backend import build_facts
+from specllama.models import hub
+from specllama.models.catalog import Catalog, ModelRef, Pair, load_catalog, parse_ref
+from specllama.models.hardware import default_gpu_layers, rpc_reinstall_hint
+from specllama.session import (
+    ADAPTIVE_DRAFT_MAX,
+    Engine,
+    EngineConfig,
+    check_draft_max,
+    check_drafter,
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def friendly_errors(command: F) -> F:
+    """Turn our errors into one red line and an exit code; keep tracebacks for bugs."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        rpc.set_fatal_handler(_report_fatal)
+        try:
+            return command(*args, **kwargs)
+        except SpecllamaError as exc:
+            if os.environ.get("SPECLLAMA_DEBUG") == "1":
+                raise
+            ui.print_error(str(exc), exc.hint)
+            raise typer.Exit(exc.exit_code) from None
+        except KeyboardInterrupt:
+            ui.print_error("interrupted")
+            raise typer.Exit(130) from None
+        except BrokenPipeError:
+            # The reader of stdout went away (`| head`): stop quietly, as Unix tools do, and
+            # point stdout at /dev/null so the interpreter's final flush does not fail again.
+            with contextlib.suppress(OSError, ValueError):
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise typer.Exit(0) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _report_fatal(error: SpecllamaError) -> None:
+    """An error the process cannot survive (an RPC worker lost in the middle of a decode): the
+    same one line, then backend ends the process."""
+    with contextlib.suppress(OSError, ValueError):
+        if sys.stdout.isatty():
+            sys.stdout.write("\n")  # after a partial answer
+        sys.stdout.flush()
+    ui.print_error(str(error), error.hint)
+
+
+# -- shared options (Annotated aliases, reused by every command that loads models) ------------
+
+PairOpt = Annotated[
+    str | None,
+    typer.Option("--pair", "-p", help="A draft/target pair from the catalogue (default pair)."),
+]
+Target = Annotated[
+    str | None,
+    typer.Option(
+        "--target", "-t", help="Target: catalogue name, .gguf path or hf:owner/repo/file."
+    ),
+]
+Draft = Annotated[
+    str | None,
+    typer.Option("--draft", "-d", help="Draft: catalogue name, .gguf path or hf:owner/repo/file."),
+]
+DrafterOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--drafter", help="model, ngram, or none (the target alone). Default: model if a draft."
+    ),
+]
+DraftMax = Annotated[
+    int | None,
+    typer.Option(
+        "--draft-max",
+        "-k",
+        help="Tokens a round with --fixed (default: the pair's); the adaptive cap (default 16).",
+    ),
+]
+GpuLayers = Annotated[
+    int | None,
+    typer.Option("--gpu-layers", help="Target layers on the GPU (-1 all; default: all if any)."),
+]
+GpuLayersDraft = Annotated[
+    int | None,
+    typer.Option("--gpu-layers-draft", help="Draft layers on the GPU (default as --gpu-layers)."),
+]
+Ctx = Annotated[int, typer.Option("--ctx", help="Context size in tokens.")]
+Threads = Annotated[
+    int | None, typer.Option("--threads", help="CPU threads (default: physical cores).")
+]
+ExtraBuffers = Annotated[
+    str | None,
+    typer.Option(
+        "--extra-buffers",
+        help="auto, on or off: llama.cpp's extra CPU buffer types (weight repacking, AMX). "
+        f"auto turns them off only where the AMX kernels crash. Env: {amx.ENV_VAR}.",
+    ),
+]
+Temperature = Annotated[float, typer.Option("--temperature", help="0 = greedy.")]
+TopK = Annotated[int, typer.Option("--top-k", help="Keep the k likeliest tokens (0 = all).")]
+TopP = Annotated[float, typer.Option("--top-p", help="Nucleus sampling mass.")]
+MinP = Annotated[float, typer.Option("--min-p", help="Drop tokens below min-p x the top one.")]
+Seed = Annotated[int | None, typer.Option("--seed", help="Random seed for sampling.")]
+MaxTokens = Annotated[int, typer.Option("--max-tokens", "-n", help="Most tokens to generate.")]
+System = Annotated[str | None, typer.Option("--system", help="System prompt.")]
+NoTemplate = Annotated[
+    bool, typer.Option("--no-chat-template", help="Send the prompt as is, without the template.")
+]
+JsonOut = Annotated[bool, typer.Option("--json", help="Print one JSON object at the end.")]
+Rpc = Annotated[
+    str | None,
+    typer.Option(
+        "--rpc",
+        metavar="HOST:PORT,...",
+        help="Run the target's layers on these RPC workers (`specllama worker` there); the "
+        f"draft stays here. Env {rpc.TIMEOUT_ENV}: seconds to wait for a worker.",
+    ),
+]
+Adaptive = Annotated[
+    bool,
+    typer.Option(
+        "--adaptive/--fixed",
+        help="Adaptive: choose draft length and source (n-gram, then the draft model) each "
+        "round from measured costs, off when it does not pay. Fixed: always --draft-max.",
+    ),
+]
+JsonlOut = Annotated[
+    bool,
+    typer.Option("--jsonl", help="Stream JSON lines: one per token, then one with the stats."),
+]
+
+
+def resolve_models(
+    pair: str | None, target: str | None, draft: str | None
+) -> tuple[Path, Path | None, Pair | None]:
+    """--pair, or --target/--draft REFs, or the default pair -> local files (downloaded if
+    needed, with progress on stderr)."""
+    if pair is not None and (target or draft):
+        raise UsageError("use either --pair or --target/--draft, not both")
+    catalog = load_catalog()
+    console = ui.stderr_console()
+
+    notice = catalog_view.notice_printer(console)
+    with download_progress(console) as progress_for:
+        if target is None:
+            if draft is not None:
+                raise UsageError("--draft needs a --target")
+            target_path, draft_path, chosen = hub.resolve_pair(
+                catalog, pair, progress_for=progress_for, notice=notice
+            )
+            return target_path, draft_path, chosen
+        paths = [
+            fetch_model(ref, catalog, progress_for, notice) if ref else None
+            for ref in (target, draft)
+        ]
+    return paths[0], paths[1], None
+
+
+def fetch_model(
+    ref: str | ModelRef | Path, catalog: Catalog, progress_for: ProgressFor, notice: hub.Notice
+) -> Path:
+    model = parse_ref(ref, catalog) if isinstance(ref, str) else ref
+    if isinstance(model, Path):
+        return model
+    return hub.ensure_model(model, progress=progress_for(model), notice=notice)
+
+
+def engine_config(
+    *,
+    pair: str | None,
+    target: str | None,
+    draft: str | None,
+    drafter: str | None,
+    draft_max: int | None,
+    ctx: int,
+    gpu_layers: int | None,
+    gpu_layers_draft: int | None,
+    threads: int | None,
+    extra_buffers: str | None = None,
+    adaptive: bool = True,
+    rpc_workers: str | None = None,
+) -> EngineConfig:
+    """The command-line model options -> what the Engine loads (validated before any download)."""
+    if drafter is not None:
+        check_drafter(drafter)
+    if draft_max is not None:
+        check_draft_max(draft_max)
+    buffers = amx.setting_from(extra_buffers)
+    workers = workers_option(rpc_workers)
+    if workers and gpu_layers == 0:
+        raise UsageError("--gpu-layers 0 leaves the --rpc workers nothing to run")
+    rpc_timeout_s = rpc.timeout_from_env()
+    target_path, draft_path, chosen = resolve_models(pair, target, draft)
+    if drafter is None:
+        drafter = chosen.drafter if chosen else ("model" if draft_path else "ngram")
+    # A --draft-max given caps the adaptive controller too; the pair's is for --fixed.
+    adaptive_draft_max = draft_max or ADAPTIVE_DRAFT_MAX
+    if draft_max is None:
+        draft_max = chosen.draft_max if chosen else 4
+    offload = default_gpu_layers(build_facts())
+    if gpu_layers is None:  # with workers, every target layer goes to them (and local GPUs)
+        gpu_layers = -1 if workers else offload
+    return EngineConfig(
+        target=target_path,
+        draft=draft_path if drafter == "model" else None,
+        drafter=drafter,
+        draft_max=draft_max,
+        adaptive_draft_max=adaptive_draft_max,
+        n_ctx=ctx,
+        n_gpu_layers=gpu_layers,
+        n_gpu_layers_draft=offload if gpu_layers_draft is None else gpu_layers_draft,
+        n_threads=threads,
+        extra_buffers={"on": True, "off": False}.get(buffers),
+        adaptive=adaptive,
+        rpc=workers,
+        rpc_timeout_s=rpc_timeout_s,
+    )
+
+
+def workers_option(text: str | None) -> tuple[str, ...]:
+    """--rpc HOST:PORT,... -> endpoints, refused at once by a build without RPC."""
+    if text is None:
+        return ()
+    workers = rpc.parse_endpoints(text)
+    check_rpc_build()
+    return workers
+
+
+def check_rpc_build() -> None:
+    facts = build_facts()
+    if not facts.rpc:
+        raise RpcError(
+            "this llama-cpp-python was built without RPC", hint=rpc_reinstall_hint(facts)
+        )
+
+
+def calibrate_with_notice(engine: Engine) -> None:
+    """Measure this machine's costs once per model pair (cached), saying so on stderr."""
+    if engine.config.adaptive and not isinstance(engine.drafter, NoDrafter):
+        engine.calibrate(
+            on_measure=lambda: ui.stderr_console().print(
+                "[dim]measuring this machine's decode costs (once per model pair)…[/dim]"
+            )
+        )
+
+
+def check_max_tokens(max_tokens: int) -> None:
+    if max_tokens < 1:
+        raise UsageError(f"--max-tokens must be at least 1, got {max_tokens}")
+
+
+def read_prompt(argument: str | None) -> str:
+    """The prompt argument, stdin when piped, or both (stdin appended as context)."""
+    piped = None
+    if not sys.stdin.isatty():
+        raw = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read()
+        piped = _decode_stdin(raw) if isinstance(raw, bytes) else raw
+    parts = [p for p in (argument, piped) if p and p.strip()]
+    if not parts:
+        raise UsageError("the prompt is empty: pass it as an argument or pipe it on stdin")
+    return "\n\n".join(p.strip("\n") for p in parts)
+
+
+def _decode_stdin(raw: bytes) -> str:
+    if b"\x00" in raw:
+        raise UsageError(
+            "stdin looks like a binary file, not text", hint="pipe a text file, or the prompt"
+        )
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(
+            f"stdin is not UTF-8 text (byte {exc.start})",
+            hint="convert it first, e.g. iconv -f latin1 -t utf-8 FILE | specllama run ...",
+        ) from None
+
+
+NoColor = Annotated[
+    bool, typer.Option("--no-color", help="No colours (also when NO_COLOR is set or not a tty).")
+]
+Record = Annotated[
+    Path | None,
+    typer.Option("--record", help="On exit, save the session's screen as an SVG picture."),
+]
+
+
+PromptsFile = Annotated[
+    Path | None,
+    typer.Option("--prompts", help="JSONL prompt file (default: the bundled set of 36)."),
+]
+Configs = Annotated[
+    str,
+    typer.Option(
+        "--configs",
+        help="Comma-separated: target, model:K, pipe:K (the draft model drafting the next "
+        "round while the target verifies), ngram:K, adaptive (target is implied).",
+    ),
+]

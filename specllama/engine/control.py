@@ -1,0 +1,64 @@
+"""How the loop asks what to draft: the controller protocol, the fixed controller, and the
+kinds of sources a drafter offers. The adaptive controller (`specllama.policy`) implements the
+protocol; it lives here, with the loop that calls it, so the engine never imports the policy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from specllama.engine.events import RoundEvent
+
+MODEL = "model"  # the draft model
+NGRAM = "ngram"  # "ngramN": a lookup in the text so far, on a match of N tokens
+PLAIN = "plain"  # a round that drafts nothing
+
+
+def kind_of(source: str) -> str:
+    """ "model", "ngram" (for any "ngramN") or "plain" (no source)."""
+    if not source:
+        return PLAIN
+    return NGRAM if source.startswith(NGRAM) else MODEL
+
+
+# (source, backlog): what a drafter could propose from the current text, best first. The backlog
+# is how many tokens the source must evaluate before drafting (a draft model that fell behind).
+SourceOption = tuple[str, int]
+
+
+class DraftController(Protocol):
+    # The draft model stops at a token whose top probability is below this; None: the drafter's.
+    min_confidence: float | None
+    # Whether the draft model's round chosen last drafts its next draft while the target verifies.
+    pipelined: bool
+
+    def choose(
+        self, options: Sequence[SourceOption], *, remaining: int, generated: int
+    ) -> tuple[str, int]:
+        """The source and draft length for the coming round (length 0 = the target alone).
+        `remaining`: tokens still allowed; `generated`: tokens generated so far this answer."""
+
+    def observe(self, round_: RoundEvent) -> None:
+        """What the last round drafted, what the target kept, and what it cost."""
+
+
+class FixedLength:
+    """Always draft the same number of tokens, from the first source offered; `pipelined`:
+    the draft model drafts the next round's tokens while the target verifies."""
+
+    min_confidence: float | None = None
+
+    def __init__(self, draft_max: int, *, pipelined: bool = False) -> None:
+        self.draft_max = draft_max
+        self.pipelined = pipelined
+
+    def choose(
+        self, options: Sequence[SourceOption], *, remaining: int = 0, generated: int = 0
+    ) -> tuple[str, int]:
+        if not options or self.draft_max <= 0:
+            return "", 0
+        return options[0][0], self.draft_max
+
+    def observe(self, round_: RoundEvent) -> None:
+        pass

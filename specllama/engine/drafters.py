@@ -1,0 +1,267 @@
+"""Who guesses the next tokens: a small draft model, or a lookup in the text so far.
+
+A Drafter proposes up to `n_max` tokens that would follow `context`. It also reports q, the
+probability it drew each token with, when it sampled; a deterministic guess (greedy draft, n-gram
+lookup) has q = 1 for its token, and the verifier treats it so.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from specllama.engine.sampling import (
+    Distribution,
+    SamplingParams,
+    argmax,
+    probabilities,
+    sample,
+    top_probability,
+)
+from specllama.llama.backend import LlamaBackend
+
+
+@dataclass
+class Draft:
+    tokens: list[int] = field(default_factory=list)
+    # q[i]: the draft's distribution for tokens[i]; None when the guess was deterministic.
+    q: list[Distribution] | None = None
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def __getitem__(self, part: slice) -> Draft:
+        return Draft(self.tokens[part], None if self.q is None else self.q[part])
+
+
+class Drafter(Protocol):
+    name: str
+    decode_seconds: float  # time spent in a model's decode so far (0 for model-free drafters)
+
+    def sources(self, context: Sequence[int]) -> list[tuple[str, int]]:
+        """What this drafter could propose after `context`, best first, as (source, backlog):
+        the backlog is how many tokens the source must evaluate before it drafts."""
+
+    def propose(
+        self,
+        context: Sequence[int],
+        n_max: int,
+        params: SamplingParams,
+        rng: np.random.Generator,
+        *,
+        source: str | None = None,
+        min_confidence: float | None = None,
+        stop: threading.Event | None = None,
+    ) -> Draft:
+        """Up to `n_max` tokens from `source` (None: the first offered); `min_confidence`
+        overrides a draft model's p-min for this call; a draft model ends early once `stop`
+        is set (pipelined drafting, on another thread)."""
+
+    def rewind(self, context: Sequence[int]) -> None:
+        """Drop any state past `context` (called when generation stops)."""
+
+
+class NoDrafter:
+    """The target alone, through the same loop: every round drafts nothing."""
+
+    name = "none"
+    decode_seconds = 0.0
+
+    def sources(self, context: Sequence[int]) -> list[tuple[str, int]]:
+        return []
+
+    def propose(
+        self,
+        context: Sequence[int],
+        n_max: int,
+        params: SamplingParams,
+        rng: np.random.Generator,
+        **_: object,
+    ) -> Draft:
+        return Draft()
+
+    def rewind(self, context: Sequence[int]) -> None:
+        pass
+
+
+class DraftModelDrafter:
+    """A small model of the same vocabulary, run token by token in its own context.
+
+    `min_confidence` (llama.cpp's p-min): stop drafting once the draft's top probability falls
+    below it, since the target will probably reject what follows.
+    """
+
+    name = "model"
+
+    def __init__(self, model: LlamaBackend, min_confidence: float = 0.0) -> None:
+        self.model = model
+        self.min_confidence = min_confidence
+
+    def sources(self, context: Sequence[int]) -> list[tuple[str, int]]:
+        """("model", backlog): the tokens it must evaluate before it can draft."""
+        return [("model", len(context) - self.model.common_prefix(context))]
+
+    def propose(
+        self,
+        context: Sequence[int],
+        n_max: int,
+        params: SamplingParams,
+        rng: np.random.Generator,
+        *,
+        source: str | None = None,
+        min_confidence: float | None = None,
+        stop: threading.Event | None = None,
+    ) -> Draft:
+        draft = Draft(q=None if params.greedy else [])
+        if n_max <= 0:
+            return draft
+        p_min = self.min_confidence if min_confidence is None else min_confidence
+        logits = self.model.sync(context, logits_at_last=True)
+        while True:
+            token, q = self._choose(logits, params, rng, p_min)
+            if token is None:
+                break
+            draft.tokens.append(token)
+            if q is not None:
+                draft.q.append(q)
+            if len(draft) == n_max or self.model.is_eog(token):
+                break
+            if stop is not None and stop.is_set():
+                break
+            logits = self.model.decode([token], [0], copy=False)[0]
+        return draft
+
+    def _choose(
+        self, logits: np.ndarray, params: SamplingParams, rng: np.random.Generator, p_min: float
+    ) -> tuple[int | None, Distribution | None]:
+        """The next draft token and its q, or None when the draft is not confident enough."""
+        if params.greedy:
+            token = argmax(logits)
+            if p_min > 0 and top_probability(logits) < p_min:
+                return None, None
+            return token, None
+        q = probabilities(logits, params)
+        if p_min > 0 and q.max() < p_min:
+            return None, None
+        return sample(q, rng), q
+
+    @property
+    def decode_seconds(self) -> float:
+        return self.model.decode_seconds
+
+    def rewind(self, context: Sequence[int]) -> None:
+        self.model.rollback(self.model.common_prefix(context))
+
+
+class NgramDrafter:
+    """Prompt lookup: find the latest earlier occurrence of the last n tokens, propose what
+    followed it. Free to run, and strong when the answer repeats the prompt (code editing).
+
+    Tries the longest n first (`ngram_max` down to `ngram_min`). The index maps each n-gram to
+    the position right after its latest occurrence, and is extended incrementally.
+    """
+
+    name = "ngram"
+    decode_seconds = 0.0
+
+    def __init__(self, ngram_max: int = 3, ngram_min: int = 1) -> None:
+        self.ngram_max = ngram_max
+        self.ngram_min = ngram_min
+        self._indexed: list[int] = []
+        self._index: dict[tuple[int, ...], int] = {}
+        self.match_size = 0
+
+    def sources(self, context: Sequence[int]) -> list[tuple[str, int]]:
+        """("ngramN", 0) when the last N tokens occurred before (the longest such N)."""
+        self._match(context)
+        return [(f"ngram{self.match_size}", 0)] if self.match_size else []
+
+    def propose(
+        self,
+        context: Sequence[int],
+        n_max: int,
+        params: SamplingParams,
+        rng: np.random.Generator,
+        **_: object,
+    ) -> Draft:
+        if n_max <= 0:
+            return Draft()
+        follower = self._match(context)
+        if follower is None:
+            return Draft()
+        return Draft(tokens=list(context[follower : follower + n_max]))
+
+    def _match(self, context: Sequence[int]) -> int | None:
+        """Where the continuation of the longest matching n-gram starts, or None; its length
+        is left in `match_size` (0: no match)."""
+        self._update_index(context)
+        self.match_size = 0
+        for n in range(self.ngram_max, self.ngram_min - 1, -1):
+            if len(context) <= n:
+                continue
+            follower = self._index.get(tuple(context[-n:]))
+            if follower is not None:
+                self.match_size = n
+                return follower
+        return None
+
+    def _update_index(self, context: Sequence[int]) -> None:
+        """Index every n-gram that has a continuation, i.e. ends before the last token."""
+        if len(self._indexed) == len(context) and self._indexed == context:
+            return
+        if self._indexed != list(context[: len(self._indexed)]):
+            self._indexed, self._index = [], {}
+        start = len(self._indexed)
+        for end in range(max(start, 1), len(context)):  # n-gram = context[end-n:end]
+            for n in range(self.ngram_min, self.ngram_max + 1):
+                if end >= n:
+                    self._index[tuple(context[end - n : end])] = end
+        self._indexed = list(context)
+
+    def rewind(self, context: Sequence[int]) -> None:
+        pass
+
+
+class CombinedDrafter:
+    """N-gram lookup first when the text so far has a match (free to draft), the draft model
+    otherwise. The controller picks between the sources it offers, round by round."""
+
+    name = "ngram+model"
+
+    def __init__(self, model: DraftModelDrafter, ngram: NgramDrafter | None = None) -> None:
+        self.model = model
+        # Longer n-grams than the n-gram drafter's default: a long match says "copying".
+        self.ngram = ngram or NgramDrafter(ngram_max=8)
+
+    def sources(self, context: Sequence[int]) -> list[tuple[str, int]]:
+        return [*self.ngram.sources(context), *self.model.sources(context)]
+
+    def propose(
+        self,
+        context: Sequence[int],
+        n_max: int,
+        params: SamplingParams,
+        rng: np.random.Generator,
+        *,
+        source: str | None = None,
+        min_confidence: float | None = None,
+        stop: threading.Event | None = None,
+    ) -> Draft:
+        if source is None or source.startswith("ngram"):
+            draft = self.ngram.propose(context, n_max, params, rng)
+            if draft.tokens or source is not None:
+                return draft
+        return self.model.propose(
+            context, n_max, params, rng, min_confidence=min_confidence, stop=stop
+        )
+
+    @property
+    def decode_seconds(self) -> float:
+        return self.model.decode_seconds
+
+    def rewind(self, context: Sequence[int]) -> None:
+        self.model.rewind(context)

@@ -1,0 +1,235 @@
+"""The speculative loop: draft -> verify in one target batch -> accept/reject -> rollback.
+
+No I/O. `generate` is a generator of events; the caller prints, counts or stops as it likes.
+
+Invariant between rounds: the target context has evaluated every token of `context` except the
+last one (the "pending" token). A round feeds [pending, d1..dk] in ONE decode and reads logits at
+all k+1 positions: row i is the target's distribution for the token after position i, so row i
+checks draft token d(i+1), and row k gives a bonus token when every draft token is accepted.
+
+Convention for sampling (Leviathan et al. 2023; Chen et al. 2023): p is the TARGET's probability
+and q the DRAFT's, both after the same temperature/top-k/top-p/min-p transform. A draft token x
+is accepted with probability min(1, p(x) / q(x)); on rejection the replacement is drawn from
+norm(max(p - q, 0)). A deterministic draft (greedy draft model, n-gram) has q = one-hot(x).
+The emitted tokens then follow p exactly.
+
+When the controller asks for it (`pipelined`), the draft model drafts the next round while the
+target verifies (`specllama.engine.pipeline`); a round then may start with its draft already made.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from specllama.engine.control import MODEL, DraftController, FixedLength, kind_of
+from specllama.engine.drafters import Draft, Drafter
+from specllama.engine.events import Event, FinishEvent, RoundEvent, TokenEvent
+from specllama.engine.pipeline import DraftAhead
+from specllama.engine.sampling import (
+    Distribution,
+    SamplingParams,
+    argmax,
+    make_rng,
+    probabilities,
+    residual,
+    sample,
+)
+from specllama.engine.stats import GenerationStats
+from specllama.errors import ContextOverflowError, UsageError
+from specllama.llama.backend import LlamaBackend
+
+
+def verify(rows: np.ndarray, draft: Draft, params: SamplingParams, rng: np.random.Generator):
+    """Check the draft against the target's logits rows; return (n_accepted, next_token).
+
+    rows[i] is the target's logits for the position of draft.tokens[i]; rows[len(draft)] is for
+    the position after the last draft token.
+    """
+    if params.greedy:
+        for i, x in enumerate(draft.tokens):
+            best = argmax(rows[i])
+            if best != x:
+                return i, best
+        return len(draft), argmax(rows[len(draft)])
+
+    for i, x in enumerate(draft.tokens):
+        p = probabilities(rows[i], params)
+        q = draft.q[i] if draft.q is not None else Distribution.one_hot(x)
+        if rng.random() < min(1.0, p[x] / q[x]):
+            continue
+        return i, sample(residual(p, q), rng)
+    return len(draft), sample(probabilities(rows[len(draft)], params), rng)
+
+
+def check_prompt_fits(prompt: Sequence[int], n_ctx: int) -> None:
+    """The prompt plus at least one generated token must fit in the context."""
+    if len(prompt) >= n_ctx:
+        raise ContextOverflowError(
+            f"the prompt has {len(prompt)} tokens and the context holds {n_ctx}",
+            hint="use a shorter prompt or a larger --ctx",
+        )
+
+
+def generate(
+    target: LlamaBackend,
+    drafter: Drafter,
+    prompt: Sequence[int],
+    params: SamplingParams,
+    *,
+    max_tokens: int,
+    controller: DraftController | None = None,
+    rng: np.random.Generator | None = None,
+) -> Iterator[Event]:
+    """Generate after `prompt`; yield TokenEvent per emitted token, RoundEvent per round, and
+    one FinishEvent last. Reuses whatever prefix of `prompt` the target has already evaluated.
+    """
+    if not prompt:
+        raise UsageError("the prompt is empty")
+    if max_tokens < 1:
+        raise UsageError(f"max tokens must be at least 1, got {max_tokens}")
+    check_prompt_fits(prompt, target.n_ctx)
+    controller = controller or FixedLength(0)
+    rng = rng if rng is not None else make_rng(params)
+    context = list(prompt)
+    stats = GenerationStats(drafter=drafter.name, n_prompt=len(prompt))
+
+    started = time.perf_counter()
+    target.sync(context[:-1])
+    stats.prefill_s = time.perf_counter() - started
+    target_s0 = target.decode_seconds
+    draft_s0 = drafter.decode_seconds
+
+    started = time.perf_counter()
+    reason = "length"
+    ahead = DraftAhead()
+    try:
+        while stats.n_generated < max_tokens:
+            room = target.n_ctx - len(context)  # the verify batch holds pending + k drafts
+            if room < 0:
+                reason = "context"
+                break
+            round_started = time.perf_counter()
+            left = max_tokens - stats.n_generated
+            source, k = controller.choose(
+                drafter.sources(context), remaining=left, generated=stats.n_generated
+            )
+            k = max(0, min(k, left - 1, room))
+            plan = _Plan(source, k, _ahead_max(controller, source, k, left, room))
+            round_ = _round(target, drafter, context, plan, controller, params, rng, ahead)
+            event = replace(round_.event, wall_s=time.perf_counter() - round_started)
+            controller.observe(event)
+            stats.record_round(event.n_drafted, event.n_accepted)
+            stats.draft_hidden_s += max(event.ahead_s - event.wait_s, 0.0)
+            yield event
+            for j, token in enumerate(round_.new_tokens):
+                if target.is_eog(token):
+                    reason = "stop"
+                    break
+                context.append(token)
+                stats.n_generated += 1
+                yield TokenEvent(token, from_draft=j < event.n_accepted)
+                if stats.n_generated >= max_tokens:
+                    break
+            if reason == "stop":
+                break
+        stats.finish_reason = reason
+    finally:
+        ahead.close()
+        # Leave both contexts holding only what was emitted, even if the consumer stopped early.
+        target.rollback(min(target.n_past, len(context) - 1))
+        drafter.rewind(context)
+        stats.time_s = time.perf_counter() - started
+        stats.target_s = target.decode_seconds - target_s0
+        stats.draft_s = drafter.decode_seconds - draft_s0
+    yield FinishEvent(reason, stats)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    source: str  # who drafts ("" for nobody)
+    k: int  # how many tokens
+    ahead_max: int  # how many to draft ahead beside the verify (0: not pipelined)
+
+
+def _ahead_max(controller: DraftController, source: str, k: int, left: int, room: int) -> int:
+    """Pipelined draft-model rounds draft ahead the guess of the target's token and a next
+    draft of k, within the tokens still wanted after this round and the context's room; not
+    at all when that leaves no next draft."""
+    if not (controller.pipelined and k and kind_of(source) == MODEL):
+        return 0
+    n = min(k + 1, left - k - 1, room - k)
+    return n if n > 1 else 0
+
+
+@dataclass
+class _Round:
+    event: RoundEvent
+    new_tokens: list[int]  # accepted draft tokens, then the target's own token
+
+
+def _round(
+    target: LlamaBackend,
+    drafter: Drafter,
+    context: list[int],
+    plan: _Plan,
+    controller: DraftController,
+    params: SamplingParams,
+    rng: np.random.Generator,
+    ahead: DraftAhead,
+) -> _Round:
+    draft, draft_s, carried = _draft(drafter, context, plan, controller, params, rng, ahead)
+    if plan.ahead_max and draft.tokens and not target.is_eog(draft.tokens[-1]):
+        tokens = [*context, *draft.tokens]
+        p_min = controller.min_confidence
+        ahead.start(
+            drafter, tokens, plan.ahead_max, params, rng, source=plan.source, min_confidence=p_min
+        )
+
+    target_clock = target.decode_seconds
+    batch = [context[-1], *draft.tokens]
+    rows = target.decode(batch, range(len(batch)), copy=False)  # read before the next decode
+    target_s = target.decode_seconds - target_clock
+
+    n_accepted, next_token = verify(rows, draft, params, rng)
+    # Keep pending + accepted drafts evaluated; next_token becomes the new pending token.
+    target.rollback(len(context) + n_accepted)
+    report = ahead.finish(n_accepted == len(draft), next_token)  # empty if none was started
+    event = RoundEvent(
+        len(draft),
+        n_accepted,
+        draft_s,
+        target_s,
+        plan.source if plan.k else "",
+        carried=carried,
+        n_ahead=report.n_ahead,
+        ahead_s=report.ahead_s,
+        wait_s=report.wait_s,
+    )
+    return _Round(event, [*draft.tokens[:n_accepted], next_token])
+
+
+def _draft(
+    drafter: Drafter,
+    context: list[int],
+    plan: _Plan,
+    controller: DraftController,
+    params: SamplingParams,
+    rng: np.random.Generator,
+    ahead: DraftAhead,
+) -> tuple[Draft, float, bool]:
+    """The round's draft, the seconds it took to make, and whether it was made ahead last
+    round (a draft model's draft is, when the last round went as its draft ahead guessed)."""
+    if kind_of(plan.source) != MODEL:
+        ahead.drop()
+    elif (carried := ahead.take(context, plan.k)) is not None:
+        return carried, 0.0, True
+    if not plan.k:
+        return Draft(), 0.0, False
+    clock = drafter.decode_seconds
+    p_min = controller.min_confidence
+    draft = drafter.propose(context, plan.k, params, rng, source=plan.source, min_confidence=p_min)
+    return draft, drafter.decode_seconds - clock, False

@@ -1,0 +1,327 @@
+"""How many tokens to draft next round, and from which source: fixed, or adaptive.
+
+Each round the loop asks the drafter what it could offer (`Drafter.sources(context)`: an
+n-gram match of some length, the draft model with its backlog), asks the controller to `choose`
+one source and a draft length, runs the round, and reports it back with `observe`.
+
+The adaptive controller
+-----------------------
+
+It picks the source and length k with the highest expected rate E(a, k) / C(k), tokens per
+second (`specllama.policy.costs`: E is the expected tokens of a round at acceptance a, C what
+the round costs here, learnt online), and drafts nothing when nothing beats the target alone,
+1 / C(0), by `margin`.
+
+What it knows of a source's acceptance a is a Beta posterior: a prior (`PRIORS`, worth
+`prior_weight` tokens) plus what the source's rounds showed, each accepted draft token a success
+and the first rejected one a failure (the tokens after it say nothing). Old evidence fades
+(`memory` per observation), so a source that changes (prose after code) is seen changing.
+
+Decisions rest on that evidence, never on one round:
+
+- the length comes from the posterior mean a; the source is used when that pays;
+- a source whose own evidence has shown it pays (`paid`) keeps drafting through a bad spell as
+  long as an optimistic a (mean + `z` standard deviations) would still pay: bad luck costs a
+  few shorter drafts, not the source;
+- otherwise a source whose mean does not pay rests: `probe_after` rounds, twice as long each
+  time it rests again without having paid in between (up to `probe_after_max`). When it comes
+  back, one round adds evidence if the optimistic a would pay. A source that not even the
+  optimistic a can make pay comes back with its evidence halved (`forget`), so that what no
+  longer holds can be found out later.
+
+What is paid once, before the first draft, must be earned back: a draft model behind the text
+(a new prompt; rounds that n-gram lookup drafted) catches up `backlog` tokens first, at
+B = catch_up(backlog). That cost is spread over the tokens the answer is still expected to
+have, taken to be as many as it already has (at least `min_horizon`, at most what max_tokens
+leaves): a short answer never pays for a long prompt's prefill, and a long one pays it early
+(the ski-rental rule: at most about twice what knowing the length in advance would cost).
+
+The draft model also stops drafting at the first token whose probability under the draft is
+below `min_confidence` (llama.cpp's p-min), the break-even point of the costs: one more draft
+token is worth it when its chance of acceptance exceeds (c_draft + dV + o) / C(0), with dV the
+verify cost of one more token in the batch.
+
+Pipelined drafting (`pipelined`): the draft model's rounds can also make the next draft while
+the target verifies (`specllama.policy.costs`, P_s(k)). For each acceptance the draft model's table
+keeps whichever of the chain and the pipeline has the better rate; where the two models cannot
+run side by side (overlap lambda >= 1, as on CPU cores) the pipeline never has, and is never
+chosen.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from specllama.engine.control import MODEL, NGRAM, SourceOption, kind_of
+from specllama.engine.events import RoundEvent
+from specllama.policy.costs import Costs, LiveCosts, expected_tokens
+
+# What each source is assumed to get right before anything is observed. An n-gram match is
+# judged by its length: a 1-token match is a weak guess, six tokens or more usually means the
+# answer is copying the prompt (measured on the bundled prompts with Qwen2.5-Coder: the first
+# token after a 1-token match is right 13-47% of the time, after 6+ tokens 84-97% in code and
+# summaries).
+PRIORS = {MODEL: 0.8, "ngram1": 0.2, "ngram2": 0.45, "ngram3": 0.6, "ngram4": 0.7, "ngram6": 0.85}
+
+# Steady state: a draft model that drafted last round has one or two tokens to evaluate (the
+# target's own token, and the last draft when all were accepted), already in the cost of a round.
+_ROUTINE_BACKLOG = 2
+# Acceptance is looked up on a grid of this many steps.
+_GRID = 100
+
+
+def lane_of(source: str) -> str:
+    """The controller's statistics key for a source name: "ngramN" (match of N tokens) is
+    bucketed as 1, 2, 3, 4-5, 6+; other names are their own key."""
+    if source.startswith(NGRAM):
+        size = int(source[len(NGRAM) :] or 3)
+        return f"{NGRAM}{size if size <= 3 else (4 if size < 6 else 6)}"
+    return source
+
+
+@dataclass
+class _Source:
+    """What the controller knows about one source of drafts."""
+
+    lane: str
+    kind: str  # MODEL or NGRAM: what its rounds cost
+    prior: float
+    hits: float = 0.0  # accepted draft tokens (faded)
+    misses: float = 0.0  # first rejections (faded)
+    off_until: int = 0  # rests until this round
+    pause: int = 0  # the next rest when it goes off
+    paid: bool = False  # has paid since it last went off
+    history: list[int] = field(default_factory=list)  # rests taken (for tests and reports)
+
+    def posterior(self, prior_weight: float) -> tuple[float, float]:
+        """Mean and standard deviation of the acceptance."""
+        n = self.hits + self.misses + prior_weight
+        mean = (self.hits + self.prior * prior_weight) / n
+        return mean, math.sqrt(mean * (1.0 - mean) / (n + 1.0))
+
+
+class _RateTable:
+    """Best draft length and its rate (tokens/s) for each acceptance on a grid, for one kind of
+    source, at the current costs: one lookup a round instead of a search. For the draft model,
+    also whether that best is a pipelined round (`pipelined_at`)."""
+
+    def __init__(self, live: LiveCosts, kind: str, k_max: int) -> None:
+        a = np.linspace(0.0, 1.0, _GRID + 1)[:, None]
+        k = np.arange(k_max + 1)[None, :]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            tokens = np.where(a < 1.0, (1.0 - a ** (k + 1)) / (1.0 - a), k + 1.0)
+        cost = np.array([live.round(kind, n) for n in range(k_max + 1)])
+        rates = tokens / cost
+        rates[:, 0] = 0.0  # a source is asked for at least one token
+        self.kind = kind
+        self.k = rates.argmax(axis=1)
+        self.rate = rates.max(axis=1)
+        self.pipelined = np.zeros(len(self.k), dtype=bool)
+        if kind == MODEL and live.overlap < 1.0:
+            self._add_pipelined(live, a, k, tokens)
+        self.version = live.version
+
+    def _add_pipelined(
+        self, live: LiveCosts, a: np.ndarray, k: np.ndarray, tokens: np.ndarray
+    ) -> None:
+        """Where a pipelined round of some length beats the best chain, take it."""
+        survive = a ** (k + 1)  # all k drafts and the guess for the target's token right
+        both, serial, python = np.array([live.pipelined_parts(n) for n in range(k.shape[1])]).T
+        rates = tokens / (survive * both + (1.0 - survive) * serial + python)
+        rates[:, 0] = 0.0
+        better = rates.max(axis=1) > self.rate
+        self.k = np.where(better, rates.argmax(axis=1), self.k)
+        self.rate = np.where(better, rates.max(axis=1), self.rate)
+        self.pipelined = better
+
+    def at(self, a: float) -> tuple[int, float]:
+        i = min(max(round(a * _GRID), 0), _GRID)
+        return int(self.k[i]), float(self.rate[i])
+
+    def pipelined_at(self, a: float) -> bool:
+        return bool(self.pipelined[min(max(round(a * _GRID), 0), _GRID)])
+
+    def break_even(self, worth: float) -> float | None:
+        """The lowest acceptance at which the best length beats the rate `worth`."""
+        above = np.flatnonzero(self.rate > worth)
+        return above[0] / _GRID if len(above) else None
+
+
+class AdaptiveController:
+    """Choose the draft source and length with the best expected rate (module docstring).
+
+    `draft_max` caps the draft model; n-gram drafts cost nothing to make and go up to
+    `ngram_max`.
+    """
+
+    def __init__(
+        self,
+        costs: Costs,
+        *,
+        draft_max: int = 16,
+        ngram_max: int = 48,
+        memory: float = 0.97,
+        prior_weight: float = 2.0,
+        z: float = 1.0,
+        forget: float = 0.5,
+        margin: float = 0.02,
+        probe_after: int = 16,
+        probe_after_max: int = 512,
+        min_horizon: int = 8,
+        priors: dict[str, float] | None = None,
+    ) -> None:
+        self.costs = costs
+        self.live = LiveCosts(costs)
+        self.memory = memory
+        self.prior_weight = prior_weight
+        self.z = z
+        self.forget = forget
+        self.margin = margin
+        self.probe_after = probe_after
+        self.probe_after_max = probe_after_max
+        self.min_horizon = min_horizon
+        self.k_max = {MODEL: max(1, draft_max), NGRAM: max(1, ngram_max, draft_max)}
+        self.priors = {**PRIORS, **(priors or {})}
+        self.sources: dict[str, _Source] = {}
+        self.round = 0
+        self._tables: dict[str, _RateTable] = {}
+        self._backlog = 0  # the backlog of the source chosen for the round under way
+        self.pipelined = False  # the round under way makes its next draft while verifying
+        self.min_confidence = self._break_even_confidence()
+
+    def source(self, name: str) -> _Source:
+        """The statistics of a source (created on first sight, from its prior)."""
+        lane = lane_of(name)
+        if lane not in self.sources:
+            prior = self.priors.get(lane, 0.5)
+            self.sources[lane] = _Source(lane, kind_of(lane), prior, pause=self.probe_after)
+        return self.sources[lane]
+
+    def acceptance(self, name: str) -> float:
+        return self.source(name).posterior(self.prior_weight)[0]
+
+    def table(self, kind: str) -> _RateTable:
+        table = self._tables.get(kind)
+        if table is None or table.version != self.live.version:
+            table = self._tables[kind] = _RateTable(self.live, kind, self.k_max[kind])
+            self.min_confidence = self._break_even_confidence()
+        return table
+
+    def best_length(self, name: str, a: float) -> tuple[int, float]:
+        """The best draft length at acceptance `a`, and its speedup over the target alone."""
+        k, rate = self.table(kind_of(lane_of(name))).at(a)
+        return k, rate * self.live.plain()
+
+    # -- the protocol -----------------------------------------------------------------------
+
+    def choose(
+        self, options: Sequence[SourceOption], *, remaining: int, generated: int = 0
+    ) -> tuple[str, int]:
+        worth = (1.0 + self.margin) / self.live.plain()  # the rate to beat: the target alone's
+        horizon = max(min(remaining, max(generated, self.min_horizon)), 1)  # tokens still expected
+        best: tuple[str, int] = ("", 0)
+        best_rate = worth
+        best_mean = 0.0
+        self._backlog = 0
+        for name, backlog in options:
+            source = self.source(name)
+            if self.round < source.off_until:
+                continue
+            table = self.table(source.kind)
+            mean, sd = source.posterior(self.prior_weight)
+            k, rate = table.at(mean)
+            catch_up = 0.0
+            if source.kind == MODEL and backlog > _ROUTINE_BACKLOG:
+                catch_up = self.live.catch_up(backlog - _ROUTINE_BACKLOG)
+            if rate > worth:
+                # It pays; a catch-up first is spread over the tokens still expected.
+                tokens = expected_tokens(mean, k)
+                rate = tokens / (tokens / rate + catch_up * tokens / horizon)
+            elif self._worth_learning(table, mean, sd, k, catch_up, horizon, worth):
+                rate = worth * 1.001  # a round to learn from, after every source that pays
+            else:
+                optimistic = table.at(min(mean + self.z * sd, 1.0))[1]
+                self._rest(source, forget=optimistic <= worth)
+                continue
+            if rate > best_rate:
+                best, best_rate, best_mean, self._backlog = (name, k), rate, mean, backlog
+        self.pipelined = bool(best[1]) and self.table(kind_of(best[0])).pipelined_at(best_mean)
+        return best
+
+    def _worth_learning(
+        self,
+        table: _RateTable,
+        mean: float,
+        sd: float,
+        k: int,
+        catch_up: float,
+        horizon: int,
+        worth: float,
+    ) -> bool:
+        """Is a round of a source that does not pay as far as is known worth its cost for what
+        it tells? Yes when the chance that the source pays after all, times what it would then
+        save over the tokens still expected, exceeds what the round loses (catch-up included)."""
+        optimistic = table.at(min(mean + self.z * sd, 1.0))[1]
+        break_even = table.break_even(worth)
+        if optimistic <= worth or break_even is None:
+            return False
+        chance = 0.5 * math.erfc((break_even - mean) / (sd * math.sqrt(2.0)))
+        plain = self.live.plain()
+        saving = horizon * (plain - 1.0 / optimistic)
+        loss = catch_up + self.live.round(table.kind, k) - expected_tokens(mean, k) * plain
+        return chance * saving > loss
+
+    def _rest(self, source: _Source, *, forget: bool) -> None:
+        """Leave `source` out for its pause (twice as long each time it rests again without
+        having paid in between); when it comes back, its next round is drafted. `forget`
+        halves its evidence, so that a source found not to pay can be found to pay later."""
+        if source.paid:
+            source.pause, source.paid = self.probe_after, False
+        source.off_until = self.round + source.pause
+        source.history.append(source.pause)
+        source.pause = min(2 * source.pause, self.probe_after_max)
+        if forget:
+            source.hits *= self.forget
+            source.misses *= self.forget
+
+    def observe(self, round_: RoundEvent) -> None:
+        self.round += 1
+        self._learn_costs(round_)
+        if not round_.source:
+            return
+        source = self.source(round_.source)
+        seen = round_.n_accepted + (round_.n_accepted < round_.n_drafted)
+        fade = self.memory ** max(seen, 1)
+        source.hits = source.hits * fade + round_.n_accepted
+        # A draft that was rejected at its first token, or that the draft model did not dare
+        # (it stopped at once), is a failure.
+        source.misses = source.misses * fade + (round_.n_accepted < max(round_.n_drafted, 1))
+        # It has paid once its own evidence, not the prior, says so.
+        mean, _ = source.posterior(self.prior_weight)
+        evidence = source.hits + source.misses >= 3 * self.prior_weight
+        if evidence and self.table(source.kind).at(mean)[1] * self.live.plain() > 1 + self.margin:
+            source.paid = True
+
+    def _learn_costs(self, round_: RoundEvent) -> None:
+        if round_.n_ahead or round_.carried:
+            span = round_.target_s + round_.wait_s
+            self.live.learn_pipelined(
+                round_.n_drafted, round_.n_ahead, round_.draft_s, span, round_.wall_s
+            )
+            return
+        kind = kind_of(round_.source)
+        routine = kind == MODEL and self._backlog <= _ROUTINE_BACKLOG
+        steps = max(round_.n_drafted, 1) if routine else 0
+        self.live.learn(
+            kind, round_.n_drafted, steps, round_.draft_s, round_.target_s, round_.wall_s
+        )
+
+    def _break_even_confidence(self) -> float:
+        live = self.live
+        dv = (live.verify(4) - live.verify(2)) / 2
+        extra = live.draft_step() + dv + live.overhead[MODEL].per_row
+        return min(max(extra / live.plain(), 0.3), 0.9)

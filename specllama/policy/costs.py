@@ -1,0 +1,269 @@
+"""What a round costs on this machine: measured once (`Costs`, see
+`specllama.policy.calibration`) and corrected online by what the rounds really cost (`LiveCosts`).
+
+A round that drafts k tokens from a source of kind s ("model" or "ngram") costs
+
+    C_s(k) = k * c_draft[s] + V(k + 1) + o_s(k + 1)             seconds,
+
+with V(n) the target verifying a batch of n tokens (the pending token plus k drafts), c_draft one
+draft-model step (0 for n-gram lookup) and o_s(k + 1) the Python time of such a round (sampling,
+bookkeeping, the controller: what is neither model's decode), a base plus a part per verified
+row. A round that drafts nothing is the target alone: C(0) = V(1) + o_plain(1). The measured V
+and c_draft are rescaled by what rounds really cost (on a loaded machine, or on a GPU where a
+decode returns before its work is done, the calibration can be off by a factor), and the o's
+are fitted to the rounds: they start at 0, which is nearly right on a CPU, and are learnt within
+a few rounds where they matter (a GPU).
+
+When each draft token is accepted independently with probability a, a round that drafts k
+tokens yields on average the accepted prefix plus the target's own token:
+
+    E(a, k) = 1 + a + a^2 + ... + a^k = (1 - a^(k+1)) / (1 - a)      tokens.
+
+Pipelined drafting (`specllama.engine.pipeline`): while the target verifies k drafts, the draft
+model drafts the next k + 1 tokens on another thread, as if all k were accepted and its own guess
+for the target's token were right. Both are, with probability s = a^(k+1); then the next round's
+draft is already made. Running side by side, the verify V = V(k + 1) and the draft ahead
+A = (k + 1) c_draft take
+
+    W = max(V, A) + lambda * min(V, A)                                seconds,
+
+with lambda the `overlap` measured on this machine: 0 when they run fully in parallel (a GPU
+with room for both), 1 when they take turns (CPU cores that each decode already fills), more
+when they get in each other's way. A rejection stops the draft ahead, so that round's span is
+V + lambda * min(V, A). A round starts with its draft made when the round before it
+survived, so in the long run a fraction s of rounds do, and a pipelined round costs on average
+
+    P_s(k) = s * W + (1 - s) * (V + lambda * min(V, A) + k * c_draft) + o_pipe(k + 1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import pairwise
+
+from specllama.engine.control import MODEL, NGRAM, PLAIN
+
+PIPELINED = "pipelined"  # a draft-model round whose next draft is made while the target verifies
+
+# How fast the online corrections follow the rounds (EWMA weight), and how far they may move the
+# measured costs (a factor either way).
+_LEARN_RATE = 0.1
+_SCALE_LIMIT = 4.0
+
+
+@dataclass(frozen=True)
+class Costs:
+    """Measured seconds on this machine.
+
+    verify_s: (batch size, seconds) for the target decoding a batch and reading the logits of
+    every position, in increasing batch size; batch 1 is the target alone.
+    draft_step_s: one draft-model token (batch 1); 0 when there is no draft model.
+    draft_catchup_s: per token, when the draft model evaluates a backlog in one batch.
+    overlap: lambda of the module docstring, for the target verifying while the draft model
+    drafts ahead (0: fully in parallel, 1: in turn). 1 unless measured: no gain assumed.
+    """
+
+    verify_s: tuple[tuple[int, float], ...]
+    draft_step_s: float = 0.0
+    draft_catchup_s: float = 0.0
+    measured: bool = True
+    overlap: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not self.verify_s or self.verify_s[0][0] != 1:
+            raise ValueError("verify costs must start at batch size 1")
+
+    @classmethod
+    def guess(cls, target_s: float = 0.05, has_draft: bool = True) -> Costs:
+        """Rough relative costs for when nothing was measured; the run rescales them."""
+        sizes = (1, 2, 4, 8, 16, 32)
+        return cls(
+            verify_s=tuple((n, target_s * (1 + 0.25 * (n - 1))) for n in sizes),
+            draft_step_s=0.3 * target_s if has_draft else 0.0,
+            draft_catchup_s=0.05 * target_s if has_draft else 0.0,
+            measured=False,
+        )
+
+    def verify(self, n: int) -> float:
+        """V(n), interpolated linearly between measured sizes, extrapolated past the last."""
+        points = self.verify_s
+        if n <= points[0][0]:
+            return points[0][1]
+        for (n0, v0), (n1, v1) in pairwise(points):
+            if n <= n1:
+                return v0 + (v1 - v0) * (n - n0) / (n1 - n0)
+        if len(points) == 1:
+            return points[0][1] * n
+        (n0, v0), (n1, v1) = points[-2], points[-1]
+        return v1 + max(v1 - v0, 0.0) / (n1 - n0) * (n - n1)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "verify_s": {str(n): round(s, 6) for n, s in self.verify_s},
+            "draft_step_s": round(self.draft_step_s, 6),
+            "draft_catchup_s": round(self.draft_catchup_s, 6),
+            "measured": self.measured,
+            "overlap": round(self.overlap, 4),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, object]) -> Costs:
+        verify = data["verify_s"]
+        assert isinstance(verify, dict)
+        return cls(
+            verify_s=tuple(sorted((int(n), float(s)) for n, s in verify.items())),
+            draft_step_s=float(data.get("draft_step_s", 0.0)),  # type: ignore[arg-type]
+            draft_catchup_s=float(data.get("draft_catchup_s", 0.0)),  # type: ignore[arg-type]
+            measured=bool(data.get("measured", True)),
+            overlap=float(data.get("overlap", 1.0)),  # type: ignore[arg-type]
+        )
+
+
+def expected_tokens(a: float, k: int) -> float:
+    """E(a, k) = (1 - a^(k+1)) / (1 - a): tokens per round with k drafts at acceptance a."""
+    if a >= 1.0:
+        return k + 1.0
+    return (1.0 - a ** (k + 1)) / (1.0 - a)
+
+
+def side_by_side(verify_s: float, ahead_s: float, overlap: float) -> float:
+    """W: the time a verify and a draft ahead take when they run at once (module docstring)."""
+    return max(verify_s, ahead_s) + overlap * min(verify_s, ahead_s)
+
+
+class _Overhead:
+    """Python seconds of a round, as base + per_row * rows (rows = k + 1 verified positions),
+    fitted to the rounds by least squares with fading weights. A weak prior that a row costs
+    nothing extra keeps a run of rounds of one length from inventing a per-row cost."""
+
+    def __init__(self, fade: float = 0.9, prior: float = 0.5) -> None:
+        self.fade = fade
+        self.prior = prior
+        self.sums = [0.0] * 5  # weight, rows, rows^2, seconds, rows * seconds
+        self.base = 0.0
+        self.per_row = 0.0
+
+    def add(self, rows: int, seconds: float) -> None:
+        new = (1.0, rows, rows * rows, seconds, rows * seconds)
+        self.sums = [s * self.fade + x for s, x in zip(self.sums, new)]
+        n, r, rr, y, ry = self.sums
+        det = n * (rr + self.prior) - r * r
+        self.per_row = max((n * ry - r * y) / det, 0.0)
+        self.base = max((y - self.per_row * r) / n, 0.0)
+
+    def __call__(self, rows: int) -> float:
+        return self.base + self.per_row * rows
+
+
+class LiveCosts:
+    """The measured costs, corrected by the rounds of this run (module docstring)."""
+
+    def __init__(self, costs: Costs) -> None:
+        self.measured = costs
+        self.target_scale = 1.0  # observed / measured verify cost
+        self.draft_scale = 1.0  # observed / measured draft step
+        self.overlap = costs.overlap  # lambda, corrected by pipelined rounds
+        kinds = (PLAIN, MODEL, NGRAM, PIPELINED)
+        self.overhead = {kind: _Overhead() for kind in kinds}
+        self._verify = [costs.verify(n) for n in range(1, 66)]  # V(1..65), looked up each round
+        self.version = 0  # bumped when the costs moved enough for a cached table to be redone
+        self._at_version = self._snapshot()
+
+    # -- the model --------------------------------------------------------------------------
+
+    def verify(self, n: int) -> float:
+        v = self._verify[n - 1] if n <= len(self._verify) else self.measured.verify(n)
+        return v * self.target_scale
+
+    def draft_step(self) -> float:
+        return self.measured.draft_step_s * self.draft_scale
+
+    def catch_up(self, backlog: int) -> float:
+        """The draft model evaluating `backlog` tokens before it can draft."""
+        return backlog * self.measured.draft_catchup_s * self.draft_scale
+
+    def plain(self) -> float:
+        """C(0): one token from the target alone."""
+        return self.verify(1) + self.overhead[PLAIN](1)
+
+    def round(self, kind: str, k: int) -> float:
+        """C_s(k): a round drafting k tokens from a source of this kind."""
+        if k == 0:
+            return self.plain()
+        draft = k * self.draft_step() if kind == MODEL else 0.0
+        return draft + self.verify(k + 1) + self.overhead[kind](k + 1)
+
+    def pipelined(self, k: int, survive: float) -> float:
+        """P_s(k): a pipelined round of k drafts whose draft ahead survives with probability
+        `survive` (module docstring)."""
+        both, serial, python = self.pipelined_parts(k)
+        return survive * both + (1.0 - survive) * serial + python
+
+    def pipelined_parts(self, k: int) -> tuple[float, float, float]:
+        """P_s(k) = s * both + (1 - s) * serial + python: the three parts, for tables."""
+        v, ahead = self.verify(k + 1), (k + 1) * self.draft_step()
+        both = side_by_side(v, ahead, self.overlap)
+        serial = v + self.overlap * min(v, ahead) + k * self.draft_step()
+        return both, serial, self.overhead[PIPELINED](k + 1)
+
+    # -- learning from rounds ---------------------------------------------------------------
+
+    def learn_pipelined(
+        self, n_drafted: int, n_ahead: int, draft_s: float, span_s: float, wall_s: float
+    ) -> None:
+        """What a pipelined round cost: `draft_s` drafting its own tokens first (0 when they
+        were drafted ahead last round), then `span_s` from starting the verify, with `n_ahead`
+        tokens drafted ahead beside it, to having both. Corrects lambda and the round's Python
+        time; the verify and draft steps are learnt from rounds that run them alone."""
+        v, ahead = self.verify(n_drafted + 1), n_ahead * self.draft_step()
+        if n_ahead and min(v, ahead) > 0:
+            seen = (span_s - max(v, ahead)) / min(v, ahead)
+            self.overlap += _LEARN_RATE * (min(max(seen, 0.0), _SCALE_LIMIT) - self.overlap)
+        if wall_s > 0:
+            self.overhead[PIPELINED].add(n_drafted + 1, max(wall_s - draft_s - span_s, 0.0))
+        self._bump_version()
+
+    def learn(
+        self,
+        kind: str,
+        n_drafted: int,
+        draft_steps: int,
+        draft_s: float,
+        target_s: float,
+        wall_s: float,
+    ) -> None:
+        """What one round cost: its target verify (n_drafted + 1 rows), `draft_steps` one-token
+        draft decodes (when the draft model did nothing else), and its whole time."""
+        expected = self.measured.verify(n_drafted + 1)
+        if target_s > 0 and expected > 0:
+            self.target_scale = _follow(self.target_scale, target_s / expected)
+        if kind == MODEL and draft_steps and self.measured.draft_step_s:
+            ratio = draft_s / (draft_steps * self.measured.draft_step_s)
+            self.draft_scale = _follow(self.draft_scale, ratio)
+        if wall_s > 0:
+            self.overhead[kind].add(n_drafted + 1, max(wall_s - draft_s - target_s, 0.0))
+        self._bump_version()
+
+    def _bump_version(self) -> None:
+        if self._moved():
+            self.version += 1
+            self._at_version = self._snapshot()
+
+    def _snapshot(self) -> tuple[float, ...]:
+        overheads = [o(1) for o in self.overhead.values()] + [o(9) for o in self.overhead.values()]
+        return (self.target_scale, self.draft_scale, self.overlap, *overheads)
+
+    def _moved(self) -> bool:
+        """More than 2% (of one target token, for the overheads; 0.02 for lambda) since the
+        last version."""
+        now, then = self._snapshot(), self._at_version
+        one = self.verify(1) or 1.0
+        scales = any(abs(a - b) > 0.02 * b for a, b in zip(now[:2], then[:2]))
+        overlap = abs(now[2] - then[2]) > 0.02
+        overheads = any(abs(a - b) > 0.02 * one for a, b in zip(now[3:], then[3:]))
+        return scales or overlap or overheads
+
+
+def _follow(scale: float, ratio: float) -> float:
+    ratio = min(max(ratio, 1 / _SCALE_LIMIT), _SCALE_LIMIT)
+    return scale + _LEARN_RATE * (ratio - scale)

@@ -1,0 +1,419 @@
+"""`specllama serve`: OpenAI's HTTP API (Starlette on uvicorn) over one loaded Engine.
+
+Routes: GET /health, GET /v1/models[/{id}], POST /v1/chat/completions, POST /v1/completions,
+streamed as server-sent events (`data: {...}` chunks, then `data: [DONE]`) or whole.
+
+A request is checked (server_requests), tokenised off the event loop, and queued: generations
+run one at a time on the queue's worker thread (server_queue), and their text comes back here as
+chunks or one body (server_responses). Every error a client can cause is answered in OpenAI's
+error shape; anything else is a 500 with one log line, never a dead server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import os
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from specllama.chat import Message
+from specllama.engine.sampling import SamplingParams
+from specllama.errors import SpecllamaError
+from specllama.server.queue import (
+    Cancelled,
+    Done,
+    Failed,
+    GenerationQueue,
+    Job,
+    QueueFull,
+    Text,
+    Work,
+)
+from specllama.server.requests import (
+    ApiError,
+    GenerationRequest,
+    parse_chat,
+    parse_completion,
+    parse_json,
+)
+from specllama.server.responses import Shape
+from specllama.session import Engine
+
+log = logging.getLogger("specllama.server.app")
+
+MAX_BODY_BYTES = 8 * 1024 * 1024
+RETRY_AFTER_S = 1
+GRACEFUL_SHUTDOWN_S = 2  # then a streaming answer is cancelled, so Ctrl-C never hangs
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+@dataclass(frozen=True)
+class Settings:
+    model_id: str  # the one name /v1/models lists and requests must use
+    api_key: str | None = None
+    max_waiting: int = 8  # requests queued behind the running one; beyond: 503
+    defaults: SamplingParams = field(default_factory=SamplingParams)  # what a request omits
+    max_body_bytes: int = MAX_BODY_BYTES
+
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+class Api:
+    def __init__(self, engine: Engine, queue: GenerationQueue, settings: Settings) -> None:
+        self.engine = engine
+        self.queue = queue
+        self.settings = settings
+        self.created = int(engine.config.target.stat().st_mtime)
+
+    # -- routes -----------------------------------------------------------------------------
+
+    async def health(self, request: Request) -> Response:
+        busy = {"generating": int(self.queue.running is not None), "waiting": self.queue.waiting}
+        return JSONResponse({"status": "ok", "model": self.settings.model_id, **busy})
+
+    async def models(self, request: Request) -> Response:
+        return JSONResponse({"object": "list", "data": [self._model_card()]})
+
+    async def model(self, request: Request) -> Response:
+        self._check_model(request.path_params["model"])
+        return JSONResponse(self._model_card())
+
+    async def chat_completions(self, request: Request) -> Response:
+        return await self._complete(request, "chat", parse_chat)
+
+    async def completions(self, request: Request) -> Response:
+        return await self._complete(request, "text", parse_completion)
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/health", _errors_as_json(self.health)),
+            Route("/v1/models", self._guarded(self.models)),
+            Route("/v1/models/{model:path}", self._guarded(self.model)),
+            Route("/v1/chat/completions", self._guarded(self.chat_completions), methods=["POST"]),
+            Route("/v1/completions", self._guarded(self.completions), methods=["POST"]),
+        ]
+
+    # -- checks -----------------------------------------------------------------------------
+
+    def _guarded(self, handler: Handler) -> Handler:
+        async def guarded(request: Request) -> Response:
+            self._authorize(request)
+            return await handler(request)
+
+        return _errors_as_json(guarded)
+
+    def _authorize(self, request: Request) -> None:
+        expected = self.settings.api_key
+        if expected is None:
+            return
+        scheme, _, given = request.headers.get("authorization", "").partition(" ")
+        # Constant time: how long a wrong key takes must not tell how much of it was right.
+        if not (scheme.lower() == "bearer" and _same(given.strip(), expected)):
+            raise ApiError(
+                401,
+                "Incorrect API key provided: send 'Authorization: Bearer KEY' with the key the "
+                "server was started with (--api-key or SPECLLAMA_API_KEY).",
+                code="invalid_api_key",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+
+    def _check_model(self, model: str) -> None:
+        if model != self.settings.model_id:
+            raise ApiError(
+                404,
+                f"The model '{model}' does not exist: this server serves "
+                f"'{self.settings.model_id}' (GET /v1/models).",
+                param="model",
+                code="model_not_found",
+            )
+
+    def _model_card(self) -> dict[str, object]:
+        card = {"id": self.settings.model_id, "object": "model", "created": self.created}
+        return {**card, "owned_by": "specllama"}
+
+    # -- completions ------------------------------------------------------------------------
+
+    async def _complete(
+        self, request: Request, kind: str, parse: Callable[[dict], GenerationRequest]
+    ) -> Response:
+        asked = parse(parse_json(await _read_body(request, self.settings.max_body_bytes)))
+        self._check_model(asked.model)
+        if self.queue.full():  # refused before the work of tokenising (submit checks again)
+            raise self._busy()
+        # Tokenising a long prompt takes a while: off the event loop, beside the generation
+        # (the vocabulary is read-only, so the worker thread may decode meanwhile).
+        prompt = await run_in_threadpool(self._prompt_tokens, asked)
+        params = asked.sampling_params(self.settings.defaults)
+        job = Job(Work(prompt, params, self._max_tokens(prompt, asked), asked.stop))
+        try:
+            self.queue.submit(job)
+        except QueueFull:
+            raise self._busy() from None
+        shape = Shape(kind, self.settings.model_id, include_usage=asked.include_usage)
+        if asked.stream:
+            return StreamingResponse(
+                self._stream(job, shape), media_type="text/event-stream", headers=SSE_HEADERS
+            )
+        return JSONResponse(await self._collect(request, job, shape))
+
+    def _busy(self) -> ApiError:
+        return ApiError(
+            503,
+            "The server is busy: it runs one generation at a time, and the queue of requests "
+            f"waiting for their turn (--queue {self.settings.max_waiting}) is full. Retry shortly.",
+            code="server_busy",
+            headers={"Retry-After": str(RETRY_AFTER_S)},
+        )
+
+    def _prompt_tokens(self, asked: GenerationRequest) -> list[int]:
+        try:
+            if asked.prompt is not None:  # a text completion: the prompt as it is
+                as_is = [Message("user", asked.prompt)]
+                return self.engine.prompt_tokens(as_is, chat_template=False)
+            return self.engine.prompt_tokens(list(asked.messages))
+        except SpecllamaError as exc:  # the model's chat template refused these messages
+            raise ApiError(400, str(exc), param="messages", code="invalid_value") from None
+
+    def _max_tokens(self, prompt: list[int], asked: GenerationRequest) -> int:
+        """The prompt must leave room for one new token; generation ends at a full context."""
+        n_ctx, n_prompt = self.engine.target.n_ctx, len(prompt)
+        param = "prompt" if asked.prompt is not None else "messages"
+        if n_prompt == 0:
+            raise ApiError(400, "The prompt is empty.", param=param, code="invalid_value")
+        if n_prompt >= n_ctx:
+            raise ApiError(
+                400,
+                f"This model's maximum context length is {n_ctx} tokens. However, your "
+                f"{param} resulted in {n_prompt} tokens. Please reduce the length of the "
+                f"{param}, or restart the server with a larger --ctx.",
+                param=param,
+                code="context_length_exceeded",
+            )
+        room = n_ctx - n_prompt
+        return room if asked.max_tokens is None else min(asked.max_tokens, room)
+
+    async def _stream(self, job: Job, shape: Shape) -> AsyncIterator[str]:
+        # On a client disconnect Starlette cancels this generator at its await: `finally`
+        # then cancels the job, which stops at the next round.
+        try:
+            for chunk in shape.opening_chunks():
+                yield _sse(chunk)
+            async for output in job.outputs():
+                if isinstance(output, Text):
+                    yield _sse(shape.text_chunk(output.text))
+                elif isinstance(output, Done):
+                    self._report(shape, output)
+                    for chunk in shape.final_chunks(output):
+                        yield _sse(chunk)
+                else:  # headers are sent: the error goes in the stream, as OpenAI does
+                    yield _sse(_failure(output).body())
+            yield "data: [DONE]\n\n"
+        finally:
+            self.queue.cancel(job)
+
+    async def _collect(self, request: Request, job: Job, shape: Shape) -> dict[str, object]:
+        watcher = asyncio.create_task(_on_disconnect(request, lambda: self.queue.cancel(job)))
+        try:
+            pieces: list[str] = []
+            async for output in job.outputs():
+                if isinstance(output, Text):
+                    pieces.append(output.text)
+                elif isinstance(output, Done):
+                    self._report(shape, output)
+                    return shape.whole("".join(pieces), output)
+                else:
+                    raise _failure(output)
+            raise AssertionError("a job always ends with Done or Failed")
+        finally:
+            watcher.cancel()
+            self.queue.cancel(job)
+
+    def _report(self, shape: Shape, done: Done) -> None:
+        s = done.stats
+        accepted = f", accepted {s.acceptance_rate:.0%} of {s.n_drafted}" if s.n_drafted else ""
+        log.info(
+            "%s: %d tokens in %.2f s (%.1f tok/s), drafter %s%s, prompt %d tokens (%d cached), "
+            "finish %s",
+            "chat" if shape.chat else "completion",
+            s.n_generated,
+            s.time_s,
+            s.tokens_per_s,
+            s.drafter,
+            accepted,
+            s.n_prompt,
+            done.n_prompt_reused,
+            s.finish_reason,
+        )
+
+
+def _same(given: str, expected: str) -> bool:
+    # Starlette decodes header bytes as latin-1: encoding back gives the bytes as sent.
+    return hmac.compare_digest(given.encode("latin-1"), expected.encode())
+
+
+def _sse(body: dict[str, object]) -> str:
+    return f"data: {json.dumps(body, separators=(',', ':'))}\n\n"
+
+
+def _failure(output: Failed) -> ApiError:
+    """A generation that failed: the server's fault, not the request's."""
+    if isinstance(output.error, Cancelled):  # nobody is listening, or the server stops
+        return ApiError(503, "The generation was cancelled.", code="cancelled")
+    _log_unexpected("the generation failed", output.error)
+    return ApiError(500, f"The generation failed: {output.error}", code="generation_failed")
+
+
+def _log_unexpected(what: str, exc: BaseException) -> None:
+    debug = os.environ.get("SPECLLAMA_DEBUG") == "1"
+    log.error("%s: %s: %s", what, type(exc).__name__, exc, exc_info=exc if debug else None)
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    too_big = ApiError(
+        413, f"The request body is larger than {limit} bytes.", code="request_too_large"
+    )
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise too_big  # refused before reading it
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise too_big
+    return bytes(body)
+
+
+async def _on_disconnect(request: Request, then: Callable[[], None]) -> None:
+    """Call `then` when the client closes the connection (the body has been read already)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+    then()
+
+
+def _errors_as_json(handler: Handler) -> Handler:
+    """ApiError -> its status and OpenAI's error body; anything else -> 500 and a log line."""
+
+    async def answered(request: Request) -> Response:
+        try:
+            return await handler(request)
+        except ApiError as exc:
+            return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+        except Exception as exc:
+            _log_unexpected(f"{request.method} {request.url.path}", exc)
+            error = ApiError(500, f"Internal server error: {type(exc).__name__}")
+            return JSONResponse(error.body(), status_code=500)
+
+    return answered
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own errors (unknown path 404, wrong method 405) in OpenAI's shape."""
+    assert isinstance(exc, HTTPException)
+    error = ApiError(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}")
+    return JSONResponse(error.body(), status_code=exc.status_code, headers=exc.headers)
+
+
+def create_app(engine: Engine, queue: GenerationQueue, settings: Settings) -> Starlette:
+    api = Api(engine, queue, settings)
+    return Starlette(routes=api.routes(), exception_handlers={HTTPException: _http_error})
+
+
+# -- running it ---------------------------------------------------------------------------------
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A socket bound to host:port, before the models load, so a taken port fails fast.
+    It listens only once the server is ready: until then clients are refused, not kept
+    waiting."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        sock = socket.socket(family, kind, proto)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as exc:
+        raise SpecllamaError(
+            f"cannot listen on {host}:{port}: {exc.strerror or exc}",
+            hint="choose another --port (0 picks a free one), or stop what uses this one",
+        ) from None
+    return sock
+
+
+def url_of(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}"
+
+
+def startup_facts(engine: Engine, settings: Settings) -> list[str]:
+    """What the ready banner says under the URL."""
+    config = engine.config
+    drafter = f"drafter {engine.drafter.name}"
+    if config.draft is not None:
+        drafter = f"draft {config.draft.name} ({engine.drafter.name})"
+    mode = "adaptive" if config.adaptive else f"fixed draft-max {engine.draft_max}"
+    key = " · API key required" if settings.api_key else ""
+    workers = ""
+    if config.rpc:
+        workers = f" (layers on RPC workers {', '.join(config.rpc)})"
+    return [
+        f"model {settings.model_id!r}: target {config.target.name}{workers} · {drafter} · {mode}",
+        f"ctx {engine.target.n_ctx} · one generation at a time, {settings.max_waiting} may wait"
+        f" · temperature {settings.defaults.temperature:g} when a request sets none{key}",
+        "Ctrl-C stops the server",
+    ]
+
+
+class _Server(uvicorn.Server):
+    def __init__(self, config: uvicorn.Config, queue: GenerationQueue) -> None:
+        super().__init__(config)
+        self.queue = queue
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        # Cancelled jobs end their responses by themselves, well within the graceful period,
+        # instead of uvicorn cancelling the tasks that stream them.
+        self.queue.cancel_all()
+        await super().shutdown(sockets)
+
+
+def run(
+    engine: Engine,
+    settings: Settings,
+    sock: socket.socket,
+    *,
+    prepare: Callable[[], None] | None = None,
+    on_ready: Callable[[], None] | None = None,
+) -> None:
+    """Serve until Ctrl-C or SIGTERM. `prepare` runs first on the generation thread (see
+    GenerationQueue), then `on_ready`. On Ctrl-C the running generation stops at its next
+    event, and its response ends with an error chunk (streamed) or a 503."""
+    queue = GenerationQueue(engine, max_waiting=settings.max_waiting, prepare=prepare)
+    if on_ready is not None:
+        on_ready()
+    app = create_app(engine, queue, settings)
+    config = uvicorn.Config(
+        app,
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+    )
+    sock.listen()
+    try:
+        _Server(config, queue).run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass  # uvicorn raises the Ctrl-C it handled again once it has stopped: done
+    finally:
+        queue.close()  # before the caller frees the models

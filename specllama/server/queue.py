@@ -1,0 +1,251 @@
+"""One generation at a time, in arrival order, on a worker thread that owns the engine.
+
+The models have one context each, so requests take turns: `GenerationQueue.submit` queues a
+Job (or refuses it when too many wait), the worker thread runs it and hands its text pieces to
+the job's asyncio queue. Cancelling a job (its client went away) drops it if it is still
+waiting, or stops its generation at the next event: closing the loop's generator rolls both
+contexts back to what was emitted, so the next request starts from a consistent cache.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import queue
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
+
+from specllama.engine.events import FinishEvent, RoundEvent, TokenEvent
+from specllama.engine.sampling import SamplingParams
+from specllama.engine.stats import GenerationStats, LiveCounter
+from specllama.engine.stops import StopMatcher
+from specllama.session import Engine
+
+log = logging.getLogger("specllama.server.app")
+
+# The loop's finish reasons -> OpenAI's: a full context is a length limit too.
+FINISH_REASONS = {"stop": "stop", "stop_string": "stop", "length": "length", "context": "length"}
+
+
+class QueueFull(Exception):
+    pass
+
+
+class Cancelled(Exception):
+    """The job's client went away, or the server is stopping."""
+
+
+@dataclass(frozen=True)
+class Work:
+    """One generation: prompt tokens and how to continue them."""
+
+    prompt: list[int]
+    params: SamplingParams
+    max_tokens: int
+    stop: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Text:
+    text: str
+
+
+@dataclass(frozen=True)
+class Done:
+    stats: GenerationStats  # finish_reason: "stop", "stop_string", "length" or "context"
+    n_prompt_reused: int  # prompt tokens found in the target's KV cache
+
+    @property
+    def finish_reason(self) -> str:
+        return FINISH_REASONS[self.stats.finish_reason]
+
+
+@dataclass(frozen=True)
+class Failed:
+    error: Exception
+
+
+Output = Text | Done | Failed
+
+
+class Job:
+    """A queued or running generation, and the outputs it has produced so far."""
+
+    def __init__(self, work: Work) -> None:
+        self.work = work
+        self.state = "waiting"  # -> "running" -> "done", or "cancelled"
+        self.cancelled = threading.Event()
+        self._loop = asyncio.get_running_loop()
+        self._outputs: asyncio.Queue[Output] = asyncio.Queue()
+
+    def emit(self, output: Output) -> None:
+        """From the worker thread: hand an output to the request's event loop."""
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the server is stopping
+            self._loop.call_soon_threadsafe(self._outputs.put_nowait, output)
+
+    async def outputs(self) -> AsyncIterator[Output]:
+        """Text pieces, then Done or Failed (Failed(Cancelled()) once cancelled)."""
+        while True:
+            output = await self._outputs.get()
+            yield output
+            if not isinstance(output, Text):
+                return
+
+
+class GenerationQueue:
+    """The worker thread does every llama.cpp computation: `prepare` (measuring the machine's
+    costs) runs there too, before the first job. llama.cpp's CPU threads are an OpenMP team
+    per calling thread, and a second team made the first generation thread's decodes about
+    30% slower on a 2-core machine."""
+
+    def __init__(
+        self, engine: Engine, *, max_waiting: int, prepare: Callable[[], None] | None = None
+    ) -> None:
+        self._engine = engine
+        self._max_waiting = max_waiting
+        self._jobs: queue.Queue[Job | None] = queue.Queue()
+        self._lock = threading.Lock()  # guards the counts and each job's state
+        self.waiting = 0
+        self.running: Job | None = None
+        self._prepare = prepare
+        self._prepared = threading.Event()
+        self._prepare_error: BaseException | None = None
+        self._thread = threading.Thread(target=self._work, name="specllama-generation", daemon=True)
+        self._thread.start()
+        try:
+            self._prepared.wait()
+        finally:
+            if self._prepare_error is not None or not self._prepared.is_set():
+                self._thread.join()  # interrupted: the engine must not be freed under it
+        if self._prepare_error is not None:
+            raise self._prepare_error
+
+    def full(self) -> bool:
+        # When nothing runs, the newest job starts at once rather than waiting.
+        return self.waiting >= self._max_waiting + (self.running is None)
+
+    def submit(self, job: Job) -> None:
+        """Queue `job`, or raise QueueFull when `max_waiting` jobs already wait their turn."""
+        with self._lock:
+            if self.full():
+                raise QueueFull
+            self.waiting += 1
+        self._jobs.put(job)
+
+    def cancel(self, job: Job) -> None:
+        """The client went away (or the response is complete: then this does nothing)."""
+        with self._lock:
+            self._cancel(job)
+
+    def cancel_all(self) -> None:
+        """The server is stopping. Each job ends with Failed(Cancelled()), so its response
+        ends by itself."""
+        with self._lock:
+            for job in [*self._jobs.queue, self.running]:
+                if job is not None:
+                    self._cancel(job)
+
+    def _cancel(self, job: Job) -> None:
+        """Drop a waiting job; stop a running one at its next event. Holds the lock."""
+        if job.state == "waiting":
+            job.state = "cancelled"
+            self.waiting -= 1
+            job.emit(Failed(Cancelled()))
+        elif job.state == "running":
+            job.cancelled.set()
+
+    def close(self) -> None:
+        """Cancel everything and wait for the worker to finish: the engine must not be freed
+        under it."""
+        self.cancel_all()
+        self._jobs.put(None)
+        self._thread.join()
+
+    def _work(self) -> None:
+        try:
+            if self._prepare is not None:
+                self._prepare()
+        except BaseException as exc:
+            self._prepare_error = exc
+            return
+        finally:
+            self._prepared.set()
+        while (job := self._jobs.get()) is not None:
+            with self._lock:
+                if job.state == "cancelled":
+                    continue
+                job.state = "running"
+                self.waiting -= 1
+                self.running = job
+            try:
+                self._run(job)
+            finally:
+                with self._lock:
+                    job.state = "done"
+                    self.running = None
+
+    def _run(self, job: Job) -> None:
+        try:
+            output: Output | None = None
+            for output in answer(self._engine, job.work, job.cancelled):
+                job.emit(output)
+            if not isinstance(output, Done):
+                job.emit(Failed(Cancelled()))
+        except Exception as exc:
+            job.emit(Failed(exc))
+            # Whatever half-done state the failure left, the next request starts clean.
+            for model in (self._engine.target, self._engine.draft_model):
+                if model is not None:
+                    model.rollback(0)
+
+
+def answer(engine: Engine, work: Work, cancelled: threading.Event) -> Iterator[Output]:
+    """Run one generation: its text (stop strings cut out), then Done. Returns early, with
+    both contexts rolled back to what was emitted, once `cancelled` is set.
+
+    Text goes out once per round: a round's tokens are all known at once, and each hand-over
+    wakes the event loop, which competes for the cores with the next round's decode.
+    """
+    reused = min(engine.target.common_prefix(work.prompt), len(work.prompt) - 1)
+    text = engine.target_text_stream()
+    stops = StopMatcher(work.stop)
+    counter = LiveCounter(engine.drafter.name)  # the stats when a stop string ends it early
+    finish: FinishEvent | None = None
+    pending = ""  # this round's text so far
+    to_come = 0  # this round's tokens not seen yet
+    events = engine.generate(work.prompt, work.params, max_tokens=work.max_tokens)
+    try:
+        for event in events:
+            if cancelled.is_set():
+                log.info("cancelled after %d tokens", counter.stats.n_generated)
+                return
+            if isinstance(event, RoundEvent):
+                counter.on_round(event.n_drafted, event.n_accepted, event.draft_s, event.target_s)
+                to_come = event.n_accepted + 1  # the accepted drafts and the target's token
+            elif isinstance(event, TokenEvent):
+                counter.on_token()
+                to_come -= 1
+                pending += stops.feed(text.feed(event.token))
+                if stops.stopped:
+                    break
+                if to_come == 0 and pending:
+                    yield Text(pending)
+                    pending = ""
+            elif isinstance(event, FinishEvent):
+                finish = event
+    finally:
+        events.close()  # stopping early: the generator rolls both contexts back
+
+    if finish is None:  # a stop string ended it
+        stats = counter.snapshot("stop_string")
+    else:
+        stats = finish.stats
+        pending += stops.feed(text.flush()) + stops.flush()
+        if stops.stopped:
+            stats.finish_reason = "stop_string"
+    if pending:
+        yield Text(pending)
+    stats.n_prompt = len(work.prompt)
+    yield Done(stats, reused)

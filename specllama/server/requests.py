@@ -1,0 +1,374 @@
+"""OpenAI API requests, read and checked field by field, and the errors a client can get back.
+
+Every mistake a client can make is an ApiError: it renders as OpenAI's error body,
+{"error": {"message", "type", "param", "code"}}, with its HTTP status. A parameter specllama
+cannot honour (n > 1, tools, logprobs, images...) is refused by name, never ignored: only its
+"off" value (null, false, 0, empty, n = 1) is accepted, as clients often send those.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from specllama.chat import Message
+from specllama.engine.sampling import SamplingParams
+
+COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # the OpenAI reference's default for /v1/completions
+# OpenAI allows 4 stop strings; editor plugins send more. Each costs checks on every token.
+MAX_STOPS = 32
+MAX_STOP_CHARS = 256
+RANDOM_SEED = -1  # llama.cpp's convention for "no seed", which some clients send
+
+
+class ApiError(Exception):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.code = code
+        self.headers = headers or {}
+
+    @property
+    def type(self) -> str:
+        return "server_error" if self.status >= 500 else "invalid_request_error"
+
+    def body(self) -> dict[str, Any]:
+        error = {"message": self.message, "type": self.type, "param": self.param}
+        return {"error": {**error, "code": self.code}}
+
+
+def unsupported(param: str, what: str) -> ApiError:
+    return ApiError(
+        400, f"{what} is not supported by specllama", param=param, code="unsupported_parameter"
+    )
+
+
+def _off(value: object) -> bool:
+    """What a client sends for a feature it does not use."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int | float):
+        return value == 0
+    return value is None or value in ("", [], {})
+
+
+def _one(value: object) -> bool:
+    return value is None or (type(value) is int and value == 1)
+
+
+# OpenAI parameters specllama cannot honour, accepted only at their "off" value.
+NEUTRAL: dict[str, Callable[[object], bool]] = {
+    "n": _one,
+    "best_of": _one,
+    "frequency_penalty": _off,
+    "presence_penalty": _off,
+    "logit_bias": _off,
+    "logprobs": _off,
+    "top_logprobs": _off,
+    "echo": _off,
+    "suffix": _off,
+    "tools": _off,
+    "functions": _off,
+    "tool_choice": lambda v: _off(v) or v in ("none", "auto"),
+    "function_call": lambda v: _off(v) or v in ("none", "auto"),
+    "parallel_tool_calls": lambda v: v is None or isinstance(v, bool),
+    "response_format": lambda v: _off(v) or v == {"type": "text"},
+    "modalities": lambda v: _off(v) or v == ["text"],
+    "audio": _off,
+    "prediction": _off,
+    "reasoning_effort": _off,
+    "web_search_options": _off,
+}
+ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """What a chat or text completion request asks for, checked."""
+
+    model: str
+    max_tokens: int | None  # None: until the context is full
+    sampling: dict[str, Any]  # the SamplingParams fields the client set
+    stop: tuple[str, ...] = ()
+    stream: bool = False
+    include_usage: bool = False
+    messages: tuple[Message, ...] = ()  # chat
+    prompt: str | None = None  # text completion
+
+    def sampling_params(self, defaults: SamplingParams) -> SamplingParams:
+        """The server's defaults, with what the client set."""
+        return dataclasses.replace(defaults, **self.sampling)
+
+
+def parse_json(raw: bytes) -> dict[str, Any]:
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ApiError(
+            400,
+            f"We could not parse the JSON body of your request: {exc}",
+            code="invalid_json",
+        ) from None
+    return _Fields(body).object
+
+
+def parse_chat(body: dict[str, Any]) -> GenerationRequest:
+    fields = _Fields(body)
+    newer = fields.int("max_completion_tokens", minimum=1)
+    older = fields.int("max_tokens", minimum=1)
+    messages = _messages(fields.get("messages", list, "an array", required=True))
+    return _request(fields, max_tokens=older if newer is None else newer, messages=messages)
+
+
+def parse_completion(body: dict[str, Any]) -> GenerationRequest:
+    fields = _Fields(body)
+    max_tokens = fields.int("max_tokens", minimum=1)
+    return _request(
+        fields,
+        max_tokens=COMPLETIONS_DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens,
+        prompt=_prompt(fields.get("prompt", (str, list), "a string", required=True)),
+    )
+
+
+def _request(fields: _Fields, **specific: Any) -> GenerationRequest:
+    """The fields both endpoints share; then any field not read is refused."""
+    stream = bool(fields.get("stream", bool, "a boolean"))
+    options = fields.get("stream_options", dict, "an object")
+    if options is not None and not stream:
+        raise ApiError(
+            400,
+            "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
+            param="stream_options",
+            code="invalid_value",
+        )
+    include_usage = False
+    if options is not None:
+        stream_options = _Fields(options, "stream_options")
+        include_usage = bool(stream_options.get("include_usage", bool, "a boolean"))
+        stream_options.refuse_unread()
+    fields.get("user", str, "a string")  # an end-user id for abuse monitoring: no effect here
+    asked = GenerationRequest(
+        model=fields.get("model", str, "a string", required=True),
+        sampling=_sampling(fields),
+        stop=_stop(fields.get("stop", (str, list), "a string or an array of strings")),
+        stream=stream,
+        include_usage=include_usage,
+        **specific,
+    )
+    fields.refuse_unread()
+    return asked
+
+
+def _sampling(fields: _Fields) -> dict[str, Any]:
+    """The SamplingParams fields a request sets, under their own names (top_k and min_p as
+    llama.cpp's server takes them), with OpenAI's ranges."""
+    chosen = {
+        "temperature": fields.number("temperature", minimum=0, maximum=2),
+        "top_p": fields.number("top_p", minimum=0, maximum=1),
+        "top_k": fields.int("top_k", minimum=0),
+        "min_p": fields.number("min_p", minimum=0, maximum=1, below_maximum=True),
+        "seed": fields.int("seed", minimum=RANDOM_SEED),
+    }
+    if chosen["top_p"] == 0:  # the smallest set of tokens with mass 0: the likeliest alone
+        chosen.update(top_p=None, temperature=0.0)
+    if chosen["seed"] == RANDOM_SEED:
+        chosen["seed"] = None  # the server sets no seed of its own: random
+    return {k: v for k, v in chosen.items() if v is not None}
+
+
+def _stop(value: str | list[Any] | None) -> tuple[str, ...]:
+    stops = [value] if isinstance(value, str) else (value or [])
+    if len(stops) > MAX_STOPS:
+        message = f"At most {MAX_STOPS} stop strings are allowed."
+        raise ApiError(400, message, param="stop", code="invalid_value")
+    for i, stop in enumerate(stops):
+        if not isinstance(stop, str):
+            raise _invalid_type(f"stop[{i}]", "a string", stop)
+        if len(stop) > MAX_STOP_CHARS:
+            raise ApiError(
+                400,
+                f"A stop string may have at most {MAX_STOP_CHARS} characters.",
+                param=f"stop[{i}]" if isinstance(value, list) else "stop",
+                code="invalid_value",
+            )
+    return tuple(stops)
+
+
+def _messages(items: list[Any]) -> tuple[Message, ...]:
+    if not items:
+        raise ApiError(
+            400, "'messages' must hold at least one message", param="messages", code="invalid_value"
+        )
+    return tuple(_message(item, f"messages[{i}]") for i, item in enumerate(items))
+
+
+def _message(item: object, where: str) -> Message:
+    fields = _Fields(item, where)
+    for name in fields.object:
+        if name not in ("role", "content"):  # tool_calls, name, audio, refusal...
+            raise unsupported(f"{where}.{name}", f"'{name}' in a message")
+    role = fields.get("role", str, "a string", required=True)
+    if role in ("tool", "function"):
+        raise unsupported(f"{where}.role", f"the '{role}' role (tool calling)")
+    if role not in ROLES:
+        raise ApiError(
+            400,
+            f"Invalid value for '{where}.role': {role!r}; expected one of {', '.join(ROLES)}",
+            param=f"{where}.role",
+            code="invalid_value",
+        )
+    content = fields.get("content", (str, list), "a string or an array of content parts")
+    if content is None and role != "assistant":
+        raise ApiError(
+            400,
+            f"Missing required parameter: '{where}.content'.",
+            param=f"{where}.content",
+            code="missing_required_parameter",
+        )
+    return Message(ROLES[role], _text_content(content, f"{where}.content"))
+
+
+def _text_content(content: str | list[Any] | None, where: str) -> str:
+    """A message's content: a string, or content parts of which only text can be served."""
+    if content is None or isinstance(content, str):
+        return content or ""
+    texts = []
+    for i, part in enumerate(content):
+        fields = _Fields(part, f"{where}[{i}]")
+        kind = fields.get("type", str, "a string", required=True)
+        if kind != "text":
+            raise unsupported(f"{where}[{i}]", f"content of type '{kind}' (text only)")
+        texts.append(fields.get("text", str, "a string", required=True))
+    return "\n".join(texts)
+
+
+def _prompt(value: str | list[Any]) -> str:
+    """A text completion's prompt: a string, or an array holding one string."""
+    if isinstance(value, str):
+        return value
+    if len(value) == 1 and isinstance(value[0], str):
+        return value[0]
+    if value and all(type(v) is int for v in value):
+        raise unsupported("prompt", "a prompt given as token ids")
+    if len(value) > 1 and all(isinstance(v, str) for v in value):
+        raise unsupported("prompt", "more than one prompt per request")
+    raise _invalid_type("prompt", "a string", value)
+
+
+class _Fields:
+    """One JSON object's fields, read by type; each error names its parameter."""
+
+    def __init__(self, value: object, where: str = "") -> None:
+        if not isinstance(value, dict):
+            name = f"'{where}'" if where else "The request body"
+            raise ApiError(
+                400, f"{name} must be a JSON object", param=where or None, code="invalid_type"
+            )
+        self.object: dict[str, Any] = value
+        self._where = where
+        self._read: set[str] = set()
+
+    def _path(self, name: str) -> str:
+        return f"{self._where}.{name}" if self._where else name
+
+    def refuse_unread(self) -> None:
+        """Refuse every field not read, except OpenAI's parameters at their off value."""
+        for name, value in self.object.items():
+            if name in self._read:
+                continue
+            if name in NEUTRAL:
+                if NEUTRAL[name](value):
+                    continue
+                raise unsupported(self._path(name), f"'{name}' = {json.dumps(value)}")
+            raise ApiError(
+                400,
+                f"Unrecognized request argument supplied: {self._path(name)}",
+                param=self._path(name),
+                code="unknown_parameter",
+            )
+
+    def get(
+        self,
+        name: str,
+        kinds: type | tuple[type, ...],
+        expected: str,
+        *,
+        required: bool = False,
+    ) -> Any:
+        self._read.add(name)
+        value = self.object.get(name)
+        if value is None:
+            if required:
+                raise ApiError(
+                    400,
+                    f"Missing required parameter: '{self._path(name)}'.",
+                    param=self._path(name),
+                    code="missing_required_parameter",
+                )
+            return None
+        kinds = kinds if isinstance(kinds, tuple) else (kinds,)
+        # JSON true/false are Python ints too: only a boolean field takes them.
+        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+            raise _invalid_type(self._path(name), expected, value)
+        return value
+
+    def int(self, name: str, *, minimum: int) -> int | None:
+        value = self.get(name, int, "an integer")
+        self._check_range(name, value, minimum)
+        return value
+
+    def number(
+        self, name: str, *, minimum: float, maximum: float, below_maximum: bool = False
+    ) -> float | None:
+        value = self.get(name, (int, float), "a number")
+        self._check_range(name, value, minimum, maximum, below_maximum)
+        return None if value is None else float(value)
+
+    def _check_range(
+        self,
+        name: str,
+        value: float | None,
+        minimum: float,
+        maximum: float | None = None,
+        below_maximum: bool = False,
+    ) -> None:
+        if value is None:
+            return
+        too_big = maximum is not None and (value >= maximum if below_maximum else value > maximum)
+        if value < minimum or too_big:
+            bound = f"at least {minimum}" if maximum is None else f"from {minimum} to {maximum}"
+            bound += " (exclusive)" if below_maximum else ""
+            raise ApiError(
+                400,
+                f"Invalid value for '{self._path(name)}': expected {bound}, but got {value}.",
+                param=self._path(name),
+                code="invalid_value",
+            )
+
+
+def _invalid_type(param: str, expected: str, value: object) -> ApiError:
+    return ApiError(
+        400,
+        f"Invalid type for '{param}': expected {expected}, but got {_json_type(value)} instead.",
+        param=param,
+        code="invalid_type",
+    )
+
+
+def _json_type(value: object) -> str:
+    kinds = {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}
+    kinds |= {list: "an array", dict: "an object"}
+    return kinds.get(type(value), "null")

@@ -1,0 +1,381 @@
+"""`specllama bench`: the prompt file format, the configurations, the summary arithmetic, and
+an end-to-end run on real tiny models whose JSON is checked against the documented schema
+(specllama/data/bench_schema.json) with the small validator below (no jsonschema dependency)."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from specllama.bench import report as bench_report
+from specllama.bench import runner as bench
+from specllama.bench.prompts import BenchPrompt, load_prompts
+from specllama.bench.runner import BenchConfig, BenchResult, Run
+from specllama.chat import Message
+from specllama.cli.app import app
+from specllama.errors import UsageError
+
+# -- a small JSON Schema validator (the subset bench_schema.json uses) ------------------------
+
+_TYPES = {
+    "object": dict,
+    "array": list,
+    "string": str,
+    "boolean": bool,
+    "null": type(None),
+}
+
+
+def _is_type(value, name: str) -> bool:
+    if name == "integer":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if name == "number":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return isinstance(value, _TYPES[name])
+
+
+def validate(value, schema: dict, root: dict | None = None, path: str = "$") -> list[str]:
+    """Every violation as 'path: what'; an empty list when `value` conforms."""
+    root = root or schema
+    errors: list[str] = []
+    if "$ref" in schema:
+        name = schema["$ref"].removeprefix("#/$defs/")
+        return validate(value, root["$defs"][name], root, path)
+    if "anyOf" in schema:
+        if all(validate(value, option, root, path) for option in schema["anyOf"]):
+            errors.append(f"{path}: matches none of anyOf")
+        return errors
+    if "const" in schema and value != schema["const"]:
+        errors.append(f"{path}: {value!r} is not {schema['const']!r}")
+    if "enum" in schema and value not in schema["enum"]:
+        errors.append(f"{path}: {value!r} not in {schema['enum']}")
+    if "type" in schema:
+        types = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
+        if not any(_is_type(value, t) for t in types):
+            return [*errors, f"{path}: {type(value).__name__} is not {types}"]
+    if _is_type(value, "number"):
+        if "minimum" in schema and value < schema["minimum"]:
+            errors.append(f"{path}: {value} < {schema['minimum']}")
+        if "maximum" in schema and value > schema["maximum"]:
+            errors.append(f"{path}: {value} > {schema['maximum']}")
+    if isinstance(value, dict):
+        for key in schema.get("required", []):
+            if key not in value:
+                errors.append(f"{path}: missing {key!r}")
+        properties = schema.get("properties", {})
+        extra = schema.get("additionalProperties", True)
+        for key, item in value.items():
+            if "propertyNames" in schema:
+                pattern = schema["propertyNames"]["pattern"]
+                if not re.search(pattern, key):
+                    errors.append(f"{path}: key {key!r} does not match {pattern}")
+            if key in properties:
+                errors += validate(item, properties[key], root, f"{path}.{key}")
+            elif extra is False:
+                errors.append(f"{path}: unexpected key {key!r}")
+            elif isinstance(extra, dict):
+                errors += validate(item, extra, root, f"{path}.{key}")
+    if isinstance(value, list):
+        if len(value) < schema.get("minItems", 0):
+            errors.append(f"{path}: fewer than {schema['minItems']} items")
+        if "items" in schema:
+            for i, item in enumerate(value):
+                errors += validate(item, schema["items"], root, f"{path}[{i}]")
+    return errors
+
+
+def test_the_validator_catches_violations():
+    schema = bench.bench_schema()
+    assert validate({"schema": "specllama-bench/1"}, schema)  # most keys missing
+    row_schema = schema["properties"]["runs"]["items"]
+    assert any("unexpected key" in e for e in validate({"bogus": 1}, row_schema, schema))
+    histogram = schema["$defs"]["histogram"]
+    assert validate({"x": 1}, histogram, schema)
+    assert validate({"1": -1}, histogram, schema)
+    assert not validate({"0": 3, "12": 1}, histogram, schema)
+
+
+# -- prompts ----------------------------------------------------------------------------------
+
+
+def test_the_bundled_prompt_set():
+    prompts = load_prompts()
+    assert 28 <= len(prompts) <= 40
+    counts = Counter(p.category for p in prompts)
+    assert set(counts) == {
+        "code-writing",
+        "code-editing",
+        "summarising",
+        "qa",
+        "translation",
+        "chat",
+        "extraction",
+    }
+    assert min(counts.values()) >= 4
+    assert any(len(p.messages) > 1 for p in prompts)  # multi-turn ones too
+    assert len({p.id for p in prompts}) == len(prompts)
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "prompts.jsonl"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_prompt_file_format(tmp_path):
+    path = write(
+        tmp_path,
+        "# a comment\n"
+        '{"category": "qa", "prompt": "Why?", "system": "Be brief.", "max_tokens": 5}\n'
+        "\n"
+        '{"id": "conv", "category": "chat", "messages": [{"role": "user", "content": "Hi"},'
+        ' {"role": "assistant", "content": "Hello"}, {"role": "user", "content": "More"}]}\n',
+    )
+    first, second = load_prompts(path)
+    assert first.messages == (Message("system", "Be brief."), Message("user", "Why?"))
+    assert first.max_tokens == 5 and first.id == "01"
+    assert second.id == "conv" and [m.role for m in second.messages] == [
+        "user",
+        "assistant",
+        "user",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("{not json", "not valid JSON"),
+        ('{"prompt": "x"}', "`category`"),
+        ('{"category": "a"}', "either `prompt` or `messages`"),
+        ('{"category": "a", "prompt": "x", "colour": 1}', "unknown key(s) colour"),
+        ('{"category": "a", "messages": [{"role": "user", "content": "x"},'
+         ' {"role": "assistant", "content": "y"}]}', "last message"),
+        ('{"category": "a", "messages": [{"role": "robot", "content": "x"}]}', "`role`"),
+        ('{"category": "a", "prompt": "x", "max_tokens": 0}', "`max_tokens`"),
+    ],
+)  # fmt: skip
+def test_prompt_file_errors_name_the_line(tmp_path, line, message):
+    path = write(tmp_path, '{"category": "ok", "prompt": "fine"}\n' + line + "\n")
+    with pytest.raises(UsageError, match=re.escape(message)) as info:
+        load_prompts(path)
+    assert f"{path}:2" in str(info.value)
+
+
+def test_duplicate_ids_and_empty_files_are_refused(tmp_path):
+    with pytest.raises(UsageError, match="used twice"):
+        load_prompts(write(tmp_path, '{"id": "a", "category": "c", "prompt": "x"}\n' * 2))
+    with pytest.raises(UsageError, match="no prompts"):
+        load_prompts(write(tmp_path, "\n# nothing\n"))
+
+
+# -- configurations ---------------------------------------------------------------------------
+
+
+def test_configurations():
+    configs = bench.parse_configs(
+        "model:2, ngram:8,adaptive", has_draft=True, draft_max=4, adaptive_draft_max=12
+    )
+    assert [c.name for c in configs] == ["target", "model:2", "ngram:8", "adaptive"]
+    assert configs[-1] == BenchConfig("adaptive", "combined", 12, True)
+    assert bench.parse_configs("adaptive", has_draft=False, draft_max=4)[1].drafter == "ngram"
+    assert [c.name for c in bench.parse_configs("model", has_draft=True, draft_max=3)] == [
+        "target",
+        "model:3",
+    ]
+    fixed = bench.parse_configs("ngram:4,adaptive", has_draft=True, draft_max=4, adaptive=False)
+    assert [c.name for c in fixed] == ["target", "ngram:4"]
+    piped = bench.parse_configs("model:4,pipe:4", has_draft=True, draft_max=4)
+    assert piped[2] == BenchConfig("pipe:4", "model", 4, False, pipelined=True)
+    assert piped[2].as_dict()["pipelined"] and not piped[1].as_dict()["pipelined"]
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("beam:3", "unknown bench configuration"),
+        ("model:x", "must be a number"),
+        ("model:0", "at least 1"),
+        ("model:2,model:2", "listed twice"),
+        ("adaptive:3", "takes no length"),
+    ],
+)
+def test_bad_configurations(spec, message):
+    with pytest.raises(UsageError, match=message):
+        bench.parse_configs(spec, has_draft=True, draft_max=4)
+    for spec in ("model:2", "pipe:2"):
+        with pytest.raises(UsageError, match="needs a draft model"):
+            bench.parse_configs(spec, has_draft=False, draft_max=4)
+
+
+# -- the summary ------------------------------------------------------------------------------
+
+
+def fake_run(config, prompt, category, repeat, tps, drafted=0, accepted=0, equal=True):
+    stats = {
+        "n_prompt": 10,
+        "n_generated": 20,
+        "time_s": 20 / tps,
+        "tokens_per_s": tps,
+        "n_drafted": drafted,
+        "n_accepted": accepted,
+        "acceptance_rate": accepted / drafted if drafted else 0.0,
+        "n_rounds": 10,
+        "n_draft_rounds": 5 if drafted else 0,
+        "mean_accepted_per_round": accepted / 5 if drafted else 0.0,
+        "accepted_histogram": {"2": 5} if drafted else {},
+        "target_s": 0.5,
+        "draft_s": 0.1,
+        "overhead_ms_per_round": 1.0,
+        "overhead_s": 0.01,
+        "finish_reason": "length",
+    }
+    return Run(config, prompt, category, repeat, [1, 2], stats, equal, 1.0 if equal else 0.5)
+
+
+def test_speedups_are_computed_pair_by_pair_and_summarised_by_category():
+    configs = [BenchConfig("target", "none", 0, False), BenchConfig("ngram:4", "ngram", 4, False)]
+    prompts = [
+        BenchPrompt("a", "code", (Message("user", "x"),)),
+        BenchPrompt("b", "code", (Message("user", "y"),)),
+    ]
+    result = BenchResult(settings={}, configs=configs, prompts=prompts)
+    # Round 0 ran on a slow moment (both halves slow), round 1 on a fast one: pairing cancels it.
+    result.runs = [
+        fake_run("target", "a", "code", 0, 10.0),
+        fake_run("ngram:4", "a", "code", 0, 20.0, 10, 10),
+        fake_run("target", "a", "code", 1, 20.0),
+        fake_run("ngram:4", "a", "code", 1, 40.0, 10, 10),
+        fake_run("target", "b", "code", 0, 10.0),
+        fake_run("ngram:4", "b", "code", 0, 10.0, 10, 0, equal=False),
+    ]
+    summary = bench.summarise(result)
+    by_prompt = {p["id"]: p["speedup"] for p in summary["prompts"]}
+    assert by_prompt["a"] == {"target": 1.0, "ngram:4": 2.0}
+    assert by_prompt["b"] == {"target": 1.0, "ngram:4": 1.0}
+    [row] = [r for r in summary["summary"] if r["config"] == "ngram:4" and r["category"] == "code"]
+    assert row["speedup"] == {"median": 1.5, "min": 1.0, "max": 2.0}
+    assert row["acceptance_rate"] == pytest.approx(20 / 30, abs=1e-4)
+    assert row["mean_accepted_per_round"] == pytest.approx(20 / 15, abs=1e-4)
+    assert row["accepted_histogram"] == {"2": 15}
+    assert row["equals_target"] == 0.5  # prompt b differed
+    assert row["overhead_ms_per_round"] == pytest.approx(1.0)
+    assert row["tokens_per_s"] == {"median": 20.0, "min": 10.0, "max": 40.0}
+    assert bench_report.histogram_text({"0": 1, "3": 3}) == "0:25 3:75"
+
+
+# -- end to end, on real tiny models ----------------------------------------------------------
+
+
+@pytest.fixture
+def prompt_file(tmp_path: Path) -> Path:
+    return write(
+        tmp_path,
+        '{"id": "edit", "category": "code-editing", "prompt": "Repeat this code exactly:\\n\\n'
+        'def add(a, b):\\n    return a + b\\n\\ndef sub(a, b):\\n    return a - b\\n"}\n'
+        '{"id": "talk", "category": "chat", "messages": [{"role": "user", "content": "Hi!"},'
+        ' {"role": "assistant", "content": "Hello! How can I help?"},'
+        ' {"role": "user", "content": "Name a colour."}]}\n',
+    )
+
+
+@pytest.mark.slow
+def test_bench_end_to_end_json_follows_the_schema(
+    smol_f32, smol_q4, prompt_file, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("SPECLLAMA_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "bench.json"
+    result = CliRunner().invoke(
+        app,
+        [
+            "bench",
+            "--target", str(smol_f32),
+            "--draft", str(smol_q4),
+            "--prompts", str(prompt_file),
+            "--configs", "target,model:2,pipe:2,ngram:4,adaptive",
+            "-n", "12",
+            "--repeats", "2",
+            "--threads", "2",
+            "--json", str(out),
+        ],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "specllama bench" in result.stdout
+    report = json.loads(out.read_text(encoding="utf-8"))
+    assert validate(report, bench.bench_schema()) == []
+
+    names = ["target", "model:2", "pipe:2", "ngram:4", "adaptive"]
+    assert [c["name"] for c in report["configs"]] == names
+    assert len(report["runs"]) == 2 * 2 * 5  # prompts x repeats x configurations
+    assert {r["category"] for r in report["summary"]} == {"code-editing", "chat", "all"}
+    assert report["calibration"]["verify_s"]["1"] > 0
+    assert report["models"]["draft"]["name"] == Path(smol_q4).name
+    # The F32 target is the strict reference: every greedy configuration reproduces it.
+    assert all(r["equals_target"] for r in report["runs"])
+    model_runs = [r for r in report["runs"] if r["config"] == "model:2"]
+    assert sum(r["n_drafted"] for r in model_runs) > 0
+    assert list((tmp_path / "cache" / "calibration").glob("*.json"))  # cached for next time
+
+
+@pytest.mark.slow
+def test_bench_target_only_without_a_draft_model(smol_q4, prompt_file, tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECLLAMA_CACHE", str(tmp_path / "cache"))
+    result = CliRunner().invoke(
+        app,
+        [
+            "bench", "--target", str(smol_q4), "--prompts", str(prompt_file),
+            "--configs", "ngram:3", "--fixed", "-n", "4", "--repeats", "1", "--no-warmup",
+            "--category", "chat",
+        ],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "ngram:3" in result.stdout
+
+
+def test_unknown_category_is_a_usage_error(tmp_path, prompt_file):
+    result = CliRunner().invoke(
+        app,
+        ["bench", "--target", str(tmp_path / "missing.gguf"), "--prompts", str(prompt_file),
+         "--category", "poetry"],
+    )  # fmt: skip
+    assert result.exit_code == 2
+    assert "no prompts in category poetry" in result.output
+
+
+def test_plot_without_matplotlib_fails_in_one_line(monkeypatch, prompt_file, tmp_path):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_matplotlib(name, *args, **kwargs):
+        if name.startswith("matplotlib"):
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_matplotlib)
+    result = CliRunner().invoke(
+        app, ["bench", "--prompts", str(prompt_file), "--plot", str(tmp_path / "p.png")]
+    )
+    assert result.exit_code == 2
+    assert "--plot needs matplotlib" in result.output
+    assert "specllama[plot]" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_plot_is_written_when_matplotlib_is_there(tmp_path):
+    pytest.importorskip("matplotlib")
+    report = {
+        "models": {"target": {"name": "t.gguf"}},
+        "summary": [
+            {"config": c, "category": cat, "speedup": {"median": m, "min": m - 0.1, "max": m}}
+            for c, m in (("model:2", 0.9), ("model:4", 0.8), ("ngram:8", 1.4), ("adaptive", 1.5))
+            for cat in ("code", "chat", "all")
+        ],
+    }
+    path = tmp_path / "plot.png"
+    bench_report.write_plot(report, path)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,0 +1,175 @@
+"""`specllama run` as a user runs it: text on stdout, stats on stderr, one-line errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from specllama.cli.app import app
+
+pytestmark = pytest.mark.slow
+
+CONTRACT_KEYS = {
+    "text",
+    "n_generated",
+    "time_s",
+    "tokens_per_s",
+    "drafter",
+    "n_drafted",
+    "n_accepted",
+    "acceptance_rate",
+    "n_rounds",
+    "mean_accepted_per_round",
+    "finish_reason",
+}
+
+
+def invoke(*args: str, input: str | bytes | None = None):
+    return CliRunner().invoke(app, ["run", *map(str, args)], input=input)
+
+
+def assert_one_line_error(result, exit_code: int, fragment: str) -> None:
+    assert result.exit_code == exit_code, result.output
+    # A machine-level warning (e.g. the AMX fallback) may come first; the error is one line.
+    lines = [line for line in result.stderr.strip().splitlines() if not line.startswith("warning:")]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error:") and fragment in lines[0], lines[0]
+    assert "Traceback" not in result.output
+    assert result.stdout == ""
+
+
+@pytest.fixture(scope="module")
+def pair(smol_f32, smol_q4):
+    return ["--target", smol_f32, "--draft", smol_q4]
+
+
+@pytest.mark.parametrize("mode", ["--fixed", "--adaptive"])
+def test_speculative_text_equals_target_alone_and_stdout_is_only_text(pair, mode):
+    spec = invoke("Name three fruits.", *pair, "-n", "24", mode)
+    alone = invoke("Name three fruits.", *pair, "--drafter", "none", "-n", "24")
+    assert spec.exit_code == 0 and alone.exit_code == 0, spec.output + alone.output
+    assert spec.stdout == alone.stdout and spec.stdout.strip()
+    assert "tokens in" in spec.stderr and "tokens in" not in spec.stdout
+    # --fixed drafts with the model every round; adaptive combines n-gram and model.
+    assert ("drafter model" if mode == "--fixed" else "drafter ngram+model") in spec.stderr
+
+
+def test_json_has_the_contract_fields(pair):
+    result = invoke("Say hello.", *pair, "-n", "12", "--json", "--draft-max", "3", "--fixed")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data.keys() >= CONTRACT_KEYS
+    assert 0 < data["n_generated"] <= 12
+    assert data["drafter"] == "model" and data["n_drafted"] >= data["n_accepted"]
+
+
+def test_ngram_drafter_without_a_draft_model(smol_f32):
+    code = "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n"
+    result = invoke(
+        "Repeat this code exactly:", "--target", smol_f32, "-n", "30", "--json", input=code
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["drafter"] == "ngram"
+
+
+def test_stdin_is_appended_to_the_instruction(smol_q4):
+    args = ["--target", smol_q4, "--drafter", "none", "--no-chat-template", "-n", "1", "--json"]
+    both = json.loads(invoke("Summarise:", *args, input="a b c d e f g").stdout)
+    alone = json.loads(invoke("Summarise:", *args).stdout)
+    assert both["n_prompt"] > alone["n_prompt"]
+
+
+def test_missing_model_file(tmp_path):
+    result = invoke("hi", "--target", tmp_path / "missing.gguf")
+    assert_one_line_error(result, 1, "does not exist")
+
+
+def test_file_that_is_not_gguf(tmp_path):
+    fake = tmp_path / "model.gguf"
+    fake.write_text("hello")
+    assert_one_line_error(invoke("hi", "--target", fake), 1, "not a GGUF file")
+
+
+def test_incompatible_pair(smol_q4, smol_bad_vocab):
+    result = invoke("hi", "--target", smol_q4, "--draft", smol_bad_vocab)
+    assert_one_line_error(result, 1, "token 1000 differs")
+
+
+def test_empty_prompt(smol_q4):
+    assert_one_line_error(invoke("--target", smol_q4, input="  \n"), 2, "prompt is empty")
+
+
+def test_prompt_longer_than_the_context(smol_q4):
+    result = invoke("word " * 400, "--target", smol_q4, "--ctx", "128")
+    assert_one_line_error(result, 1, "context")
+
+
+@pytest.mark.parametrize("value", ["0", "-2"])
+def test_draft_max_must_be_positive(smol_q4, value):
+    result = invoke("hi", "--target", smol_q4, "--draft-max", value)
+    assert_one_line_error(result, 2, "--draft-max must be at least 1")
+
+
+def test_binary_and_non_utf8_stdin(smol_q4):
+    assert_one_line_error(invoke("x", "--target", smol_q4, input=b"\x00\x01\x02"), 2, "binary")
+    assert_one_line_error(invoke("x", "--target", smol_q4, input=b"caf\xe9"), 2, "not UTF-8")
+
+
+def test_unknown_pair_suggests_names():
+    result = invoke("hi", "--pair", "qwen2.5-coder-1.5")
+    assert_one_line_error(result, 1, "qwen2.5-coder-1.5")
+    assert "qwen2.5-coder-1.5b" in result.stderr
+
+
+def test_doctor_shows_the_calibration_that_an_adaptive_run_measured(smol_q4, tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECLLAMA_CACHE", str(tmp_path))
+    doctor = CliRunner().invoke(app, ["doctor", "--json"])
+    assert doctor.exit_code == 0, doctor.output
+    assert json.loads(doctor.stdout)["calibrations"] == []
+
+    assert invoke("Say hi.", "--target", smol_q4, "-n", "4", "--adaptive").exit_code == 0
+    data = json.loads(CliRunner().invoke(app, ["doctor", "--json"]).stdout)
+    assert [c["target"] for c in data["calibrations"]] == [str(smol_q4)]
+    table = CliRunner().invoke(app, ["doctor"]).stdout
+    assert "calibration" in table and "target 1 token" in table
+
+
+def test_bad_input_is_refused_before_any_download(tmp_path, monkeypatch):
+    """With an empty model cache and no network, an empty prompt is still a usage error,
+    not a download attempt."""
+    monkeypatch.setenv("SPECLLAMA_CACHE", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert_one_line_error(invoke(input=""), 2, "prompt is empty")
+    assert_one_line_error(invoke("hi", "-n", "0"), 2, "--max-tokens must be at least 1")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("where", ["option", "environment"])
+def test_extra_buffers_setting_is_checked(smol_q4, monkeypatch, where):
+    args = ["hi", "--target", smol_q4]
+    if where == "option":
+        args += ["--extra-buffers", "sometimes"]
+    else:
+        monkeypatch.setenv("SPECLLAMA_EXTRA_BUFFERS", "sometimes")
+    assert_one_line_error(invoke(*args), 2, "must be one of auto, on, off")
+
+
+@pytest.mark.parametrize("setting", ["on", "off"])
+def test_extra_buffers_forced_either_way_gives_the_same_answer(smol_q4, setting):
+    args = ["Say hi.", "--target", smol_q4, "--drafter", "none", "-n", "6", "--json"]
+    forced = invoke(*args, "--extra-buffers", setting)
+    assert forced.exit_code == 0, forced.output
+    assert json.loads(forced.stdout)["n_generated"] > 0
+
+
+def test_doctor_reports_the_amx_decision_and_the_cmake_args():
+    data = json.loads(CliRunner().invoke(app, ["doctor", "--json"]).stdout)["amx"]
+    assert data["cmake_args"].startswith("-DGGML_NATIVE=OFF")
+    assert "AMX" not in data["cmake_args"]
+    if not data["build_amx"]:
+        assert data["extra_buffers"] and data["probe"] == "not needed"
+    table = CliRunner().invoke(app, ["doctor"]).stdout
+    assert "AMX kernels" in table and "extra buffers" in table

@@ -1,0 +1,67 @@
+"""The vocabulary check: fake vocabularies for each rule, real models for the whole check."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import pytest
+from model_factory import CHANGED_TOKEN_ID
+
+from specllama.errors import IncompatibleVocabError
+from specllama.llama.backend import LlamaBackend, VocabInfo
+from specllama.models.compat import check_compatible
+
+BASE = VocabInfo(vocab_type=2, n_vocab=300, bos=1, eos=2, add_bos=False)
+
+
+@dataclass
+class FakeVocab:
+    vocab: VocabInfo
+    texts: dict[int, bytes]
+
+    def token_text(self, token: int) -> bytes:
+        return self.texts.get(token, f"tok{token}".encode())
+
+
+def test_identical_vocabularies_pass():
+    check_compatible(FakeVocab(BASE, {}), FakeVocab(BASE, {}))
+
+
+def test_padding_rows_within_128_pass():
+    check_compatible(FakeVocab(BASE, {}), FakeVocab(replace(BASE, n_vocab=300 + 128), {}))
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"vocab_type": 1}, "tokenizer types differ"),
+        ({"eos": 7}, "EOS ids differ"),
+        ({"add_bos": True}, "BOS handling differs"),
+        ({"n_vocab": 300 + 129}, "vocabulary sizes differ"),
+    ],
+)
+def test_each_rule_refuses(change, message):
+    with pytest.raises(IncompatibleVocabError, match=message):
+        check_compatible(FakeVocab(BASE, {}), FakeVocab(replace(BASE, **change), {}))
+
+
+def test_first_differing_token_is_named_and_low_ids_are_not_checked():
+    draft = FakeVocab(BASE, {3: b"<s-draft>", 120: b"apple", 200: b"pear"})
+    with pytest.raises(IncompatibleVocabError, match="token 120 differs"):
+        check_compatible(draft, FakeVocab(BASE, {}))
+
+
+@pytest.mark.slow
+def test_real_quantised_and_f32_copies_are_compatible(smol_q4, smol_f32):
+    with LlamaBackend(smol_q4, n_ctx=256) as draft, LlamaBackend(smol_f32, n_ctx=256) as target:
+        check_compatible(draft, target)
+
+
+@pytest.mark.slow
+def test_real_changed_vocabulary_is_refused_naming_the_token(smol_bad_vocab, smol_q4):
+    with (
+        LlamaBackend(smol_bad_vocab, n_ctx=256) as draft,
+        LlamaBackend(smol_q4, n_ctx=256) as target,
+        pytest.raises(IncompatibleVocabError, match=f"token {CHANGED_TOKEN_ID} differs"),
+    ):
+        check_compatible(draft, target)

@@ -1,0 +1,160 @@
+"""Calibration: what it measures (on a fake model with scripted costs) and how it is cached."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from specllama.policy import calibration
+from specllama.policy.costs import Costs
+
+
+class TimedFake:
+    """Decoding n tokens 'takes' base + per_token * n seconds (added to decode_seconds)."""
+
+    def __init__(self, base: float, per_token: float, n_vocab: int = 1000) -> None:
+        self.base = base
+        self.per_token = per_token
+        self.n_vocab = n_vocab
+        self.n_ctx = 4096
+        self.decode_seconds = 0.0
+        self.tokens: list[int] = []
+        self.batches: list[int] = []
+
+    def decode(self, tokens, logits_at=()):
+        assert all(0 <= t < self.n_vocab for t in tokens)
+        self.tokens.extend(tokens)
+        self.batches.append(len(tokens))
+        self.decode_seconds += self.base + self.per_token * len(tokens)
+
+    def rollback(self, n_past: int) -> None:
+        del self.tokens[n_past:]
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv("SPECLLAMA_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def test_measure_times_every_verify_size_and_the_draft():
+    target = TimedFake(0.010, 0.005)
+    draft = TimedFake(0.002, 0.001)
+    costs = calibration.measure(target, draft, sizes=(1, 2, 4, 8), repeats=2)
+    assert [n for n, _ in costs.verify_s] == [1, 2, 4, 8]
+    for n, seconds in costs.verify_s:
+        assert seconds == pytest.approx(0.010 + 0.005 * n)
+    assert costs.draft_step_s == pytest.approx(0.003)
+    assert costs.draft_catchup_s == pytest.approx((0.002 + 0.001 * 32) / 32)
+    assert target.tokens == [] and draft.tokens == []  # both contexts left empty
+    assert max(target.batches) == calibration.CONTEXT_TOKENS
+    assert costs.overlap == 1.0  # not measured side by side: no gain assumed
+
+
+def test_measure_without_a_draft_model():
+    costs = calibration.measure(TimedFake(0.01, 0.001), None, sizes=(2, 4), repeats=1)
+    assert costs.verify_s[0][0] == 1  # batch 1 is always measured
+    assert costs.draft_step_s == 0.0
+
+
+def models(tmp_path: Path) -> tuple[Path, Path]:
+    target, draft = tmp_path / "t.gguf", tmp_path / "d.gguf"
+    target.write_bytes(b"GGUF target")
+    draft.write_bytes(b"GGUF draft")
+    return target, draft
+
+
+def test_costs_are_cached_per_model_file_and_settings(tmp_path, cache):
+    target, draft = models(tmp_path)
+    key = calibration.calibration_key(target, draft, n_threads=2)
+    measured = []
+
+    def measure_once():
+        return calibration.load_or_measure(
+            key,
+            TimedFake(0.01, 0.002),
+            TimedFake(0.002, 0.001),
+            on_measure=lambda: measured.append(1),
+        )
+
+    first = measure_once()
+    second = measure_once()
+    assert measured == [1]  # the second call read the cache
+    assert [s for _, s in second.verify_s] == pytest.approx([s for _, s in first.verify_s])
+    assert len(list((cache / "calibration").glob("*.json"))) == 1
+
+    # Other threads, or a changed model file, are another calibration.
+    other = calibration.calibration_key(target, draft, n_threads=4)
+    assert calibration.load(other) is None
+    target.write_bytes(b"GGUF target, changed")
+    os.utime(target, ns=(1, 1))
+    assert calibration.load(calibration.calibration_key(target, draft, n_threads=2)) is None
+
+
+def test_a_damaged_cache_file_is_measured_again(tmp_path, cache):
+    target, _ = models(tmp_path)
+    key = calibration.calibration_key(target, None, n_threads=2)
+    path = calibration.save(key, Costs(verify_s=((1, 0.02),)))
+    path.write_text("{not json", encoding="utf-8")
+    assert calibration.load(key) is None
+    assert calibration.cached_calibrations() == []
+
+
+def test_cached_calibrations_report_for_doctor(tmp_path):
+    target, draft = models(tmp_path)
+    key = calibration.calibration_key(target, draft, n_threads=2)
+    calibration.save(
+        key,
+        Costs(verify_s=((1, 0.04), (2, 0.06), (17, 0.3)), draft_step_s=0.02, draft_catchup_s=0.005),
+    )
+    [entry] = calibration.cached_calibrations()
+    assert entry["target"] == str(target.resolve())
+    assert entry["draft"] == str(draft.resolve())
+    assert entry["n_threads"] == 2
+    assert "target 1 token 40.0 ms" in entry["summary"]
+    assert "draft step 20.0 ms" in entry["summary"]
+    json.dumps(entry)  # JSON-ready for `doctor --json`
+
+
+def test_the_key_names_the_rpc_workers_and_stays_unchanged_without_them(tmp_path) -> None:
+    target = tmp_path / "t.gguf"
+    target.write_bytes(b"GGUF")
+    plain = calibration.calibration_key(target, None, n_threads=2)
+    assert "rpc" not in plain  # keys measured before --rpc existed still match
+    remote = calibration.calibration_key(
+        target, None, n_threads=2, workers=[("10.0.0.2:50052", 24 * 10**9)]
+    )
+    assert remote["rpc"] == [{"endpoint": "10.0.0.2:50052", "memory_total": 24 * 10**9}]
+    assert calibration._key_path(remote) != calibration._key_path(plain)
+
+
+class SleepingFake(TimedFake):
+    """Decoding really takes its time (a sleep, which lets other threads run, as llama_decode
+    does); `lock`, when shared, makes two models take turns, as CPU cores full of one decode."""
+
+    def __init__(self, base: float, per_token: float, lock=None) -> None:
+        super().__init__(base, per_token)
+        self.lock = lock or threading.Lock()
+
+    def decode(self, tokens, logits_at=()):
+        with self.lock:
+            time.sleep(self.base + self.per_token * len(tokens))
+        super().decode(tokens, logits_at)
+
+
+@pytest.mark.parametrize(("shared", "expected"), [(False, 0.0), (True, 1.0)])
+def test_overlap_is_measured_side_by_side(shared, expected):
+    lock = threading.Lock() if shared else None
+    target, draft = SleepingFake(0.010, 0.002, lock), SleepingFake(0.002, 0.0005, lock)
+    costs = calibration.measure(target, draft, sizes=(1, 5), repeats=2, side_by_side=True)
+    assert costs.overlap == pytest.approx(expected, abs=0.35)
+    assert target.tokens == [] and draft.tokens == []
+
+
+def test_overlap_of_decodes_that_take_no_time_is_taken_as_no_gain():
+    assert calibration.measure_overlap(TimedFake(0.01, 0.0), TimedFake(0.01, 0.0)) == 1.0

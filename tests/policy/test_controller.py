@@ -1,0 +1,304 @@
+"""The adaptive controller's decisions, replayed with the simulator on the costs of real machines
+(no models), and in the loop on the Markov-chain fake backend."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from fakes import MarkovBackend, random_table
+
+from specllama.engine.control import FixedLength
+from specllama.engine.drafters import CombinedDrafter, DraftModelDrafter, NgramDrafter, NoDrafter
+from specllama.engine.events import RoundEvent, TokenEvent
+from specllama.engine.sampling import SamplingParams
+from specllama.engine.speculative import generate
+from specllama.policy.controller import MODEL, NGRAM, AdaptiveController, lane_of
+from specllama.policy.costs import Costs
+from specllama.policy.simulator import MachineCosts, Trace, simulate, synthetic_trace
+
+# Measured costs of three machines (bench/RESULTS.md, DESIGN.md).
+T1 = 0.0072  # NVIDIA H200, 7B-shaped F16 target, 0.5B-shaped draft: verification nearly free
+GPU = Costs(
+    verify_s=((1, T1), (2, 1.25 * T1), (4, 1.28 * T1), (8, 1.36 * T1), (16, 1.74 * T1)),
+    draft_step_s=0.23 * T1,
+    draft_catchup_s=0.003 * T1,
+)
+# A 2-core Xeon without AMX (this one), Qwen2.5-Coder 1.5B Q4_K_M target: verification is dear.
+CPU_Q4 = Costs(
+    verify_s=((1, 0.085), (2, 0.130), (4, 0.145), (8, 0.269), (16, 0.400)),
+    draft_step_s=0.040,
+    draft_catchup_s=0.010,
+)
+# A 2-core AMD EPYC, same pair: the draft model cannot pay even when always right.
+CPU_EPYC = Costs(
+    verify_s=((1, 0.0295), (2, 0.0558), (4, 0.0976), (8, 0.222), (16, 0.305)),
+    draft_step_s=0.0202,
+    draft_catchup_s=0.0051,
+)
+# A 2-core Xeon with AMX, same pair: batches are cheap enough for the draft model to pay.
+CPU_AMX = Costs(
+    verify_s=((1, 0.080), (2, 0.095), (4, 0.133), (8, 0.180), (16, 0.253)),
+    draft_step_s=0.018,
+    draft_catchup_s=0.003,
+)
+
+
+def replay(costs, trace, controller=None, machine=None, **kw):
+    controller = controller or AdaptiveController(costs)
+    return simulate(trace, controller, machine or MachineCosts(costs), **kw), controller
+
+
+def trace_of(agrees, n_prompt=32):
+    n = len(agrees)
+    zeros = (0,) * n
+    return Trace(tuple(agrees), (0.95,) * n, zeros, zeros, zeros, n_prompt)
+
+
+def model_rounds(result):
+    return [r for r in result.rounds if r.source == MODEL]
+
+
+# -- decisions --------------------------------------------------------------------------------
+
+
+def test_drafts_long_when_verification_is_cheap_and_drafts_are_good():
+    rng = np.random.default_rng(1)
+    result, _ = replay(GPU, synthetic_trace(256, 0.95, rng), ngram=False)
+    assert statistics.median(r.n_drafted for r in model_rounds(result)) >= 8
+    assert result.speedup > 1.8
+
+
+def test_a_run_of_bad_luck_does_not_switch_off_a_source_that_pays():
+    rng = np.random.default_rng(2)
+    agrees = list(rng.random(256) < 0.85)
+    agrees[40:52] = [False] * 12  # twelve misses in a row: a few rounds of bad luck
+    result, controller = replay(GPU, trace_of(agrees), ngram=False)
+    assert controller.sources[MODEL].history == []  # never rested
+    drafted = [bool(r.n_drafted) for r in result.rounds]
+    assert all(drafted)
+    assert result.speedup > 1.3
+
+
+def test_a_source_that_does_not_pay_is_off_within_a_few_rounds():
+    rng = np.random.default_rng(3)
+    result, controller = replay(GPU, synthetic_trace(256, 0.1, rng), ngram=False)
+    drafted = [i for i, r in enumerate(result.rounds) if r.source == MODEL]
+    assert drafted[:3] == [0, 1, 2] and max(i for i in drafted if i < 100) < 10
+    # Then only probes, ever rarer: 16, 32, 64... rounds apart.
+    assert len(drafted) <= 10
+    pauses = controller.sources[MODEL].history
+    assert pauses == sorted(pauses) and pauses[-1] >= 4 * pauses[0]
+    assert result.speedup > 0.97
+
+
+def test_a_short_answer_costs_nothing_extra():
+    """Where the draft model pays, a long prompt's catch-up is still not worth it for a short
+    answer: the target answers alone, at the target's speed."""
+    rng = np.random.default_rng(4)
+    short = synthetic_trace(24, 0.9, rng, n_prompt=400)
+    result, _ = replay(CPU_AMX, short, ngram=False)
+    assert model_rounds(result) == []
+    assert result.speedup == pytest.approx(1.0)
+
+
+def test_a_long_answer_pays_for_the_catch_up_once_it_has_run_long_enough():
+    """Ski rental: the catch-up of a long prompt (1.2 s here, 15 target tokens) is paid once
+    the answer has run long enough that what the draft model would have saved covers it; a
+    short prompt is caught up at once."""
+
+    def first_model_round(n_prompt):
+        trace = synthetic_trace(256, 0.9, np.random.default_rng(4), n_prompt=n_prompt)
+        result, _ = replay(CPU_AMX, trace, ngram=False)
+        first = next(i for i, r in enumerate(result.rounds) if r.source == MODEL)
+        return first, result.speedup
+
+    assert first_model_round(40)[0] == 0
+    first, speedup = first_model_round(400)
+    assert 15 < first < 100 and speedup > 1.1
+
+
+def test_where_the_draft_model_cannot_pay_it_never_runs():
+    rng = np.random.default_rng(5)
+    result, _ = replay(CPU_EPYC, synthetic_trace(128, 0.95, rng, n_prompt=8), ngram=False)
+    assert model_rounds(result) == []
+    assert result.speedup == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("a", [0.95, 0.8])
+def test_learns_what_rounds_really_cost(a):
+    """On a machine where rounds cost more than the calibration says (a GPU: the draft steps
+    1.5x, 6 ms of Python a round), the controller learns it and keeps up with the best fixed
+    length chosen with hindsight."""
+    machine = MachineCosts(GPU, draft_step_factor=1.5, overhead_round_s=0.84 * T1, noise=0.05)
+    traces = [synthetic_trace(256, a, np.random.default_rng(seed)) for seed in range(9)]
+
+    def median_speedup(make):
+        return statistics.median(
+            simulate(t, make(), machine, ngram=False, seed=i).speedup for i, t in enumerate(traces)
+        )
+
+    best_fixed = max(median_speedup(lambda k=k: FixedLength(k)) for k in (2, 3, 4, 6, 8, 12))
+    adaptive = median_speedup(lambda: AdaptiveController(GPU))
+    assert adaptive >= max(best_fixed, 1.0) - 0.05
+
+
+# -- pipelined drafting -------------------------------------------------------------------------
+
+
+def pipelined_rounds(result):
+    return [r for r in result.rounds if r.n_ahead]
+
+
+def test_pipelines_where_the_draft_ahead_runs_beside_the_verify():
+    """On the GPU's costs, with the verify and the draft ahead in parallel (overlap 0), the
+    draft model's rounds are pipelined, and beat the best chain chosen with hindsight."""
+    costs = replace(GPU, overlap=0.0)
+    machine = MachineCosts(costs, overlap=0.0)
+    for a in (0.95, 0.8):
+        trace = synthetic_trace(256, a, np.random.default_rng(6))
+        result, _ = replay(costs, trace, machine=machine, ngram=False)
+        assert len(pipelined_rounds(result)) > 0.8 * len(model_rounds(result))
+        chains = [simulate(trace, FixedLength(k), machine, ngram=False) for k in (2, 4, 8, 12)]
+        assert result.speedup > 1.1 * max(c.speedup for c in chains)
+
+
+@pytest.mark.parametrize(
+    "costs", [CPU_AMX, replace(CPU_AMX, overlap=1.3), GPU], ids=["unmeasured", "cpu", "gpu-1"]
+)
+def test_never_pipelines_where_the_models_take_turns(costs):
+    """Where the draft model pays but the two models cannot run at once (a CPU's cores: overlap
+    measured >= 1, or not measured), drafting ahead never pays and never runs."""
+    trace = synthetic_trace(256, 0.95, np.random.default_rng(7))
+    result, _ = replay(costs, trace, machine=MachineCosts(costs, overlap=costs.overlap))
+    assert len(model_rounds(result)) > 10
+    assert pipelined_rounds(result) == []
+
+
+def test_stops_pipelining_when_the_machine_does_not_overlap_as_calibrated():
+    """Told that the models run in parallel, on a machine where they get in each other's way:
+    the controller learns the overlap from the pipelined rounds and goes back to the chain."""
+    told = replace(GPU, overlap=0.0)
+    machine = MachineCosts(replace(GPU, overlap=1.5), overlap=1.5)
+    trace = synthetic_trace(512, 0.95, np.random.default_rng(8))
+    result, controller = replay(told, trace, machine=machine, ngram=False)
+    pipelined = [bool(r.n_ahead) for r in model_rounds(result)]
+    later = pipelined[len(pipelined) // 4 :]
+    assert pipelined[0] and sum(later) <= 0.1 * len(later)
+    # It stops where the pipeline no longer pays on what it has seen, not at the truth.
+    assert controller.live.overlap > 0.5
+    chain = simulate(trace, FixedLength(8), machine, ngram=False)
+    assert result.speedup > 0.95 * chain.speedup
+
+
+def test_ngram_matches_are_judged_by_their_length():
+    assert lane_of("ngram1") == "ngram1"
+    assert lane_of("ngram5") == "ngram4"
+    assert lane_of("ngram9") == "ngram6"
+    assert lane_of(MODEL) == MODEL
+    c = AdaptiveController(CPU_Q4)
+    # On the dear CPU, a 1-token match is not worth even a probe; a 7-token one is.
+    assert c.choose([("ngram1", 0)], remaining=1000) == ("", 0)
+    source, k = c.choose([("ngram7", 0)], remaining=1000)
+    assert source == "ngram7" and k > 0
+    c.observe(RoundEvent(k, k, 0.0, CPU_Q4.verify(k + 1), "ngram7"))
+    assert c.acceptance("ngram6") > c.acceptance("ngram1")
+
+
+def test_ngram_drafts_grow_long_while_the_text_is_being_copied():
+    n = 200
+    copying = Trace((False,) * n, (0.5,) * n, (8,) * n, (48,) * n, (48,) * n, 32)
+    result, _ = replay(CPU_Q4, copying, draft_model=False)
+    assert result.rounds[0].n_drafted > 0
+    assert max(r.n_drafted for r in result.rounds) >= 16
+    assert result.speedup > 2.0
+
+
+def test_confidence_threshold_is_the_cost_break_even():
+    cheap, dear = AdaptiveController(GPU), AdaptiveController(CPU_AMX)
+    assert cheap.min_confidence == pytest.approx(0.3)  # clipped: almost any guess is worth it
+    assert dear.min_confidence > cheap.min_confidence
+
+
+def test_fixed_length_offers_the_first_source_or_nothing():
+    fixed = FixedLength(3)
+    assert fixed.choose([(NGRAM, 0), (MODEL, 0)], remaining=100) == (NGRAM, 3)
+    assert fixed.choose([], remaining=100) == ("", 0)
+    assert FixedLength(0).choose([(MODEL, 0)], remaining=100) == ("", 0)
+
+
+# -- in the loop, on the fake backend -------------------------------------------------------
+
+CHEAP_VERIFY = Costs(
+    verify_s=((1, 0.020), (2, 0.021), (4, 0.023), (8, 0.026), (16, 0.032), (32, 0.045)),
+    draft_step_s=0.003,
+    draft_catchup_s=0.0005,
+)
+
+
+def run_loop(target, drafter, controller, prompt=(0, 1), max_tokens=60):
+    events = list(
+        generate(
+            target,
+            drafter,
+            list(prompt),
+            SamplingParams(temperature=0.0),
+            max_tokens=max_tokens,
+            controller=controller,
+            rng=np.random.default_rng(0),
+        )
+    )
+    tokens = [e.token for e in events if isinstance(e, TokenEvent)]
+    rounds = [e for e in events if isinstance(e, RoundEvent)]
+    return tokens, rounds
+
+
+def test_adaptive_greedy_output_equals_the_target_alone():
+    rng = np.random.default_rng(5)
+    table = random_table(16, rng, 0.2)
+    target = MarkovBackend(table)
+    alone, _ = run_loop(target, NoDrafter(), FixedLength(0))
+    for draft_table in (table, random_table(16, rng, 0.2)):
+        drafter = CombinedDrafter(DraftModelDrafter(MarkovBackend(draft_table)))
+        tokens, _ = run_loop(target, drafter, AdaptiveController(CHEAP_VERIFY))
+        assert tokens == alone
+
+
+def test_adaptive_in_the_loop_drafts_long_from_a_perfect_draft_and_stops_for_a_bad_one():
+    rng = np.random.default_rng(6)
+    table = random_table(16, rng, 0.05)
+    target = MarkovBackend(table)
+    _, good = run_loop(
+        target, DraftModelDrafter(MarkovBackend(table)), AdaptiveController(CHEAP_VERIFY)
+    )
+    assert max(r.n_drafted for r in good) >= 8
+    assert all(r.n_accepted == r.n_drafted for r in good)
+
+    # Decodes that take the time CHEAP_VERIFY says they do, and a draft that always guesses
+    # the token next to the target's choice.
+    target = MarkovBackend(table, costs=(0.020, 0.00075))
+    wrong = MarkovBackend(np.roll(table, 1, axis=1), costs=(0.003, 0.0005))
+    controller = AdaptiveController(CHEAP_VERIFY)
+    _, bad = run_loop(target, DraftModelDrafter(wrong), controller, max_tokens=120)
+    assert sum(r.n_accepted for r in bad) == 0
+    drafted_rounds = sum(1 for r in bad if r.n_drafted)
+    assert drafted_rounds < len(bad) / 8  # mostly the target alone
+
+
+def test_round_events_name_their_source_and_time_the_round():
+    table = random_table(8, np.random.default_rng(7), 0.3)
+    target = MarkovBackend(table)
+    drafter = CombinedDrafter(DraftModelDrafter(MarkovBackend(table)), NgramDrafter())
+    _, rounds = run_loop(target, drafter, AdaptiveController(CHEAP_VERIFY), prompt=(0, 1, 2, 0, 1))
+    assert {lane_of(r.source) for r in rounds} <= {MODEL, "ngram1", "ngram2", "ngram3", ""}
+    assert any(r.source for r in rounds)
+    assert all(r.wall_s > 0 for r in rounds)
+
+
+def test_ngram_drafter_offers_its_match_length():
+    drafter = NgramDrafter(ngram_max=4)
+    assert drafter.sources([1, 2, 3]) == []
+    assert drafter.sources([1, 2, 3, 9, 1, 2, 3]) == [("ngram3", 0)]
+    assert drafter.propose([1, 2, 3, 9, 1, 2, 3], 2, SamplingParams(0.0), None).tokens == [9, 1]

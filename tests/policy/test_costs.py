@@ -1,0 +1,114 @@
+"""The cost model: measured costs, and their correction by what rounds really cost."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from specllama.engine.control import MODEL, NGRAM, PLAIN, kind_of
+from specllama.policy.costs import PIPELINED, Costs, LiveCosts, expected_tokens
+
+COSTS = Costs(
+    verify_s=((1, 0.020), (2, 0.021), (4, 0.023), (8, 0.026), (16, 0.032)),
+    draft_step_s=0.003,
+    draft_catchup_s=0.0005,
+)
+
+
+def test_expected_tokens_is_the_geometric_sum():
+    assert expected_tokens(0.0, 5) == 1.0
+    assert expected_tokens(1.0, 4) == 5.0
+    assert expected_tokens(0.5, 2) == pytest.approx(1 + 0.5 + 0.25)
+
+
+def test_verify_cost_interpolates_and_extrapolates():
+    assert COSTS.verify(1) == 0.020
+    assert COSTS.verify(3) == pytest.approx(0.022)
+    assert COSTS.verify(24) == pytest.approx(0.032 + (0.032 - 0.026) / 8 * 8)
+
+
+def test_costs_round_trip_through_a_dict():
+    assert Costs.from_dict(COSTS.as_dict()) == COSTS
+
+
+def test_kind_of_a_source():
+    assert [kind_of(s) for s in ("", MODEL, "ngram7")] == [PLAIN, MODEL, NGRAM]
+
+
+def test_a_round_costs_its_drafts_its_verify_and_its_python():
+    live = LiveCosts(COSTS)
+    assert live.round(MODEL, 3) == pytest.approx(3 * 0.003 + COSTS.verify(4))
+    assert live.round(NGRAM, 3) == pytest.approx(COSTS.verify(4))
+    assert live.round(MODEL, 0) == live.plain() == pytest.approx(0.020)
+
+
+def test_learns_that_the_machine_got_slower():
+    live = LiveCosts(COSTS)
+    for _ in range(60):
+        live.learn(PLAIN, 0, 0, 0.0, 2 * COSTS.verify(1), 2 * COSTS.verify(1))
+    assert live.target_scale == pytest.approx(2.0, rel=0.02)
+    assert live.plain() == pytest.approx(0.040, rel=0.02)
+
+
+def test_learns_a_slower_draft_step_only_from_routine_rounds():
+    live = LiveCosts(COSTS)
+    for _ in range(60):
+        live.learn(MODEL, 4, 0, 1.0, COSTS.verify(5), 1.1)  # a catch-up round: not a step
+    assert live.draft_scale == 1.0
+    for _ in range(60):
+        live.learn(MODEL, 4, 4, 4 * 0.006, COSTS.verify(5), 4 * 0.006 + COSTS.verify(5))
+    assert live.draft_step() == pytest.approx(0.006, rel=0.02)
+
+
+def test_python_time_per_round_and_per_row_is_fitted():
+    live = LiveCosts(COSTS)
+    for k in (1, 8, 2, 16, 4) * 20:  # 1 ms a round plus 0.2 ms per verified row
+        python = 0.001 + 0.0002 * (k + 1)
+        live.learn(NGRAM, k, 0, 0.0, COSTS.verify(k + 1), COSTS.verify(k + 1) + python)
+    assert live.overhead[NGRAM].base == pytest.approx(0.001, rel=0.05)
+    assert live.overhead[NGRAM].per_row == pytest.approx(0.0002, rel=0.05)
+    assert live.round(NGRAM, 8) == pytest.approx(COSTS.verify(9) + 0.001 + 0.0018, rel=0.01)
+
+
+def test_one_draft_length_alone_is_read_as_a_cost_per_round():
+    live = LiveCosts(COSTS)
+    for _ in range(40):  # always k = 4, 5 ms of Python: no way to tell rows from rounds
+        live.learn(MODEL, 4, 4, 4 * 0.003, COSTS.verify(5), 4 * 0.003 + COSTS.verify(5) + 0.005)
+    assert live.overhead[MODEL](5) == pytest.approx(0.005, rel=0.05)
+    assert live.overhead[MODEL].per_row < 0.2 * live.overhead[MODEL].base
+
+
+def test_tables_are_redone_only_when_the_costs_move():
+    live = LiveCosts(COSTS)
+    live.learn(PLAIN, 0, 0, 0.0, COSTS.verify(1), COSTS.verify(1))
+    assert live.version == 0
+    for _ in range(10):
+        live.learn(PLAIN, 0, 0, 0.0, 1.5 * COSTS.verify(1), 1.5 * COSTS.verify(1))
+    assert live.version > 0
+
+
+# -- pipelined drafting -----------------------------------------------------------------------
+
+
+def test_a_pipelined_round_costs_the_slower_of_verify_and_draft_ahead_when_it_survives():
+    parallel = LiveCosts(replace(COSTS, overlap=0.0))
+    v5, ahead = COSTS.verify(5), 5 * 0.003
+    # Always surviving: the next draft is made beside the verify, none on the clock.
+    assert parallel.pipelined(4, 1.0) == pytest.approx(max(v5, ahead))
+    # Never surviving: a fresh draft every round, and the verify (the draft ahead is stopped).
+    assert parallel.pipelined(4, 0.0) == pytest.approx(v5 + 4 * 0.003)
+    in_turn = LiveCosts(COSTS)  # overlap 1, as measured nowhere: no gain, ever
+    assert in_turn.pipelined(4, 1.0) == pytest.approx(v5 + ahead)
+    assert in_turn.pipelined(4, 1.0) > in_turn.round(MODEL, 4)
+
+
+def test_learns_how_the_verify_and_the_draft_ahead_share_the_machine():
+    live = LiveCosts(COSTS)  # starts at overlap 1
+    v5, ahead = COSTS.verify(5), 5 * 0.003
+    for _ in range(60):  # they ran side by side in max + 0.2 min
+        span = max(v5, ahead) + 0.2 * min(v5, ahead)
+        live.learn_pipelined(4, 5, 0.0, span, span + 0.0005)
+    assert live.overlap == pytest.approx(0.2, abs=0.01)
+    assert live.overhead[PIPELINED](5) == pytest.approx(0.0005, rel=0.05)
+    assert live.version > 0  # the controller's tables are redone

@@ -1,0 +1,170 @@
+"""OpenAI requests read field by field: what is accepted, and the 400 that names the parameter
+for everything else. No model needed."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specllama.chat import Message
+from specllama.engine.sampling import SamplingParams
+from specllama.server.requests import ApiError, parse_chat, parse_completion, parse_json
+
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+
+
+def chat(**fields):
+    return parse_chat({**CHAT, **fields})
+
+
+def refused(parse, body) -> ApiError:
+    with pytest.raises(ApiError) as caught:
+        parse(body)
+    return caught.value
+
+
+def test_a_chat_request_with_openai_fields():
+    asked = chat(
+        messages=[
+            {"role": "developer", "content": "Be brief."},
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}],
+            },
+            {"role": "assistant", "content": None},
+        ],
+        max_completion_tokens=12,
+        max_tokens=99,
+        temperature=0.5,
+        top_p=0.9,
+        seed=3,
+        stop="\n\n",
+        stream=True,
+        stream_options={"include_usage": True},
+        user="someone",
+    )
+    assert asked.messages == (
+        Message("system", "Be brief."),
+        Message("user", "a\nb"),
+        Message("assistant", ""),
+    )
+    assert asked.max_tokens == 12  # max_completion_tokens takes precedence
+    assert asked.stop == ("\n\n",) and asked.stream and asked.include_usage
+    assert asked.sampling == {"temperature": 0.5, "top_p": 0.9, "seed": 3}
+
+
+def test_sampling_params_are_the_server_defaults_with_what_the_client_set():
+    defaults = SamplingParams(temperature=0.0, top_k=20, min_p=0.1)
+    assert chat().sampling_params(defaults) == defaults
+    assert chat(temperature=0.7, seed=5).sampling_params(defaults) == SamplingParams(
+        temperature=0.7, top_k=20, min_p=0.1, seed=5
+    )
+    assert chat(top_p=0, temperature=1.0).sampling_params(defaults).greedy
+    assert chat(seed=-1).sampling == {}  # llama.cpp's "no seed"
+
+
+def test_completion_defaults_to_16_tokens_as_the_openai_reference():
+    asked = parse_completion({"model": "m", "prompt": ["once upon a time"]})
+    assert asked.prompt == "once upon a time" and asked.max_tokens == 16
+    assert chat().max_tokens is None  # chat: until the context is full
+
+
+@pytest.mark.parametrize(
+    ("fields", "param"),
+    [
+        ({"n": 2}, "n"),
+        ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
+        ({"logprobs": True}, "logprobs"),
+        ({"frequency_penalty": 0.5}, "frequency_penalty"),
+        ({"response_format": {"type": "json_object"}}, "response_format"),
+        ({"messages": [{"role": "tool", "content": "x"}]}, "messages[0].role"),
+        ({"messages": [{"role": "user", "content": "x", "name": "bob"}]}, "messages[0].name"),
+        (
+            {
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "text", "text": "what is this?"},
+                            {"type": "image_url", "image_url": {"url": "data:..."}},
+                        ],
+                    }
+                ]
+            },
+            "messages[0].content[1]",
+        ),
+    ],
+)
+def test_unsupported_parameters_are_refused_by_name(fields, param):
+    error = refused(parse_chat, {**CHAT, **fields})
+    assert (error.status, error.param, error.code) == (400, param, "unsupported_parameter")
+    assert "not supported" in error.message
+
+
+def test_unsupported_parameters_at_their_off_value_are_accepted():
+    off = {"n": 1, "tools": [], "logprobs": False, "frequency_penalty": 0, "tool_choice": "none"}
+    assert chat(**off).messages == (Message("user", "hi"),)
+
+
+def test_an_unknown_parameter_is_named():
+    error = refused(parse_chat, {**CHAT, "temprature": 0.5})
+    assert (error.param, error.code) == ("temprature", "unknown_parameter")
+
+
+@pytest.mark.parametrize(
+    ("fields", "param", "code"),
+    [
+        ({"max_tokens": "10"}, "max_tokens", "invalid_type"),
+        ({"max_tokens": 2.0}, "max_tokens", "invalid_type"),
+        ({"max_tokens": 0}, "max_tokens", "invalid_value"),
+        ({"temperature": 2.5}, "temperature", "invalid_value"),
+        ({"temperature": True}, "temperature", "invalid_type"),
+        ({"stream": "yes"}, "stream", "invalid_type"),
+        ({"stop": ["a", 1]}, "stop[1]", "invalid_type"),
+        ({"messages": []}, "messages", "invalid_value"),
+        ({"messages": "hi"}, "messages", "invalid_type"),
+        ({"messages": [{"role": "robot", "content": "x"}]}, "messages[0].role", "invalid_value"),
+        ({"messages": [{"role": "user"}]}, "messages[0].content", "missing_required_parameter"),
+        ({"stop": ["."] * 33}, "stop", "invalid_value"),
+        ({"model": None}, "model", "missing_required_parameter"),
+        ({"stream_options": {"include_usage": True}}, "stream_options", "invalid_value"),
+        ({"stop": "x" * 300}, "stop", "invalid_value"),
+    ],
+)
+def test_wrong_values_and_types_name_the_parameter(fields, param, code):
+    error = refused(parse_chat, {**CHAT, **fields})
+    assert (error.status, error.param, error.code) == (400, param, code)
+
+
+@pytest.mark.parametrize(
+    ("prompt", "code"),
+    [
+        (["a", "b"], "unsupported_parameter"),
+        ([1, 2, 3], "unsupported_parameter"),
+        (5, "invalid_type"),
+    ],
+)
+def test_completion_prompts_other_than_one_string_are_refused(prompt, code):
+    error = refused(parse_completion, {"model": "m", "prompt": prompt})
+    assert (error.param, error.code) == ("prompt", code)
+
+
+@pytest.mark.parametrize("raw", [b"{not json", b"\xff\xfe", b"[1, 2]", b'"text"'])
+def test_a_body_that_is_not_a_json_object_is_a_400(raw):
+    error = refused(parse_json, raw)
+    assert error.status == 400 and error.code in ("invalid_json", "invalid_type")
+
+
+def test_errors_render_in_openai_shape():
+    error = refused(parse_chat, {**CHAT, "n": 3})
+    body = json.loads(json.dumps(error.body()))
+    assert body == {
+        "error": {
+            "message": error.message,
+            "type": "invalid_request_error",
+            "param": "n",
+            "code": "unsupported_parameter",
+        }
+    }
+    assert ApiError(503, "busy").body()["error"]["type"] == "server_error"

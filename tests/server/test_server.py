@@ -1,0 +1,434 @@
+"""`specllama serve` for real: the server in a subprocess on the strict pair (F32 SmolLM2 target,
+its Q4_1 file as the draft), talked to with the official `openai` package and with raw HTTP.
+
+Greedy answers must equal `specllama run` with the target alone, token for token (the text and
+the token count), before and after every kind of error, disconnect and queue refusal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import http.client
+import itertools
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import openai
+import pytest
+from typer.testing import CliRunner
+
+from specllama.cli.app import app
+
+pytestmark = pytest.mark.slow
+
+KEY = "test-key-123"
+AUTH = {"Authorization": f"Bearer {KEY}"}
+CTX = 512
+PROMPT = "Name three fruits."
+COUNTING = "1, 2, 3, 4,"  # a text completion that goes on for as long as it is allowed
+
+
+@dataclass
+class Server:
+    url: str
+    model: str
+    log: Path
+    process: subprocess.Popen
+
+    @property
+    def address(self) -> tuple[str, int]:
+        host, port = self.url.removeprefix("http://").split(":")
+        return host, int(port)
+
+    def client(self, **kwargs) -> openai.OpenAI:
+        return openai.OpenAI(base_url=f"{self.url}/v1", api_key=KEY, max_retries=0, **kwargs)
+
+    def request(
+        self, method: str, path: str, body: object = None, headers: dict | None = None
+    ) -> tuple[int, dict[str, str], dict]:
+        """Raw HTTP: (status, headers, JSON body)."""
+        conn = http.client.HTTPConnection(*self.address, timeout=60)
+        data = body if isinstance(body, bytes | None) else json.dumps(body).encode()
+        conn.request(method, path, body=data, headers={**AUTH, **(headers or {})})
+        response = conn.getresponse()
+        payload = json.loads(response.read())
+        conn.close()
+        return response.status, dict(response.getheaders()), payload
+
+    def health(self) -> dict:
+        return self.request("GET", "/health")[2]
+
+    def wait_idle(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while self.health()["generating"] or self.health()["waiting"]:
+            assert time.monotonic() < deadline, "the server stays busy"
+            time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def server(smol_f32: Path, smol_q4: Path, tmp_path_factory) -> Iterator[Server]:
+    """One server for the module: fixed draft length (the draft model drafts every round),
+    one generation and one waiting request at most, the key from the environment."""
+    log = tmp_path_factory.mktemp("serve") / "stderr.txt"
+    command = [sys.executable, "-m", "specllama", "serve", "--target", str(smol_f32)]
+    command += ["--draft", str(smol_q4), "--fixed", "--draft-max", "4", "--ctx", str(CTX)]
+    command += ["--threads", "1", "--port", "0", "--queue", "1"]
+    env = {**os.environ, "SPECLLAMA_API_KEY": KEY, "NO_COLOR": "1"}
+    with open(log, "w") as stderr:
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr, env=env)
+    try:
+        url = _wait_for_url(log, process)
+        started = Server(url, smol_f32.name, log, process)
+        _wait_until_up(started)
+        yield started
+    finally:
+        process.send_signal(signal.SIGINT)
+        code = process.wait(timeout=60)
+    # Stopped with Ctrl-C: a clean exit, and no traceback ever reached the terminal.
+    text = log.read_text()
+    assert code == 0, text
+    assert "Traceback" not in text, text
+
+
+def _wait_for_url(log: Path, process: subprocess.Popen) -> str:
+    deadline = time.monotonic() + 120
+    while not (found := re.search(r"specllama serve (http://\S+)/v1", log.read_text())):
+        assert process.poll() is None, log.read_text()
+        assert time.monotonic() < deadline, log.read_text()
+        time.sleep(0.1)
+    return found.group(1)
+
+
+def _wait_until_up(server: Server) -> None:
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            server.health()
+            return
+        except OSError:  # refused until the models are loaded
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+
+
+@functools.cache
+def reference(prompt: str, max_tokens: int, *, template: bool = True) -> tuple[str, int]:
+    """`specllama run` with the target alone, greedy: (text, tokens generated)."""
+    extra = ["--json"] + ([] if template else ["--no-chat-template"])
+    data = json.loads(run_target_alone(prompt, max_tokens, *extra)[-1])
+    return data["text"], data["n_generated"]
+
+
+def run_target_alone(prompt: str, max_tokens: int, *extra: str) -> list[str]:
+    """The lines `specllama run --drafter none` writes on stdout."""
+    from model_factory import smollm2_f32
+
+    args = ["run", prompt, "--target", str(smollm2_f32()), "-n", str(max_tokens)]
+    args += ["--drafter", "none", "--ctx", str(CTX), "--threads", "1", *extra]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    return result.stdout.splitlines()
+
+
+def chat(server: Server, prompt: str = PROMPT, max_tokens: int = 24, **kwargs):
+    messages = [{"role": "user", "content": prompt}]
+    return server.client().chat.completions.create(
+        model=server.model, messages=messages, max_tokens=max_tokens, **kwargs
+    )
+
+
+def assert_reference_answer(server: Server, prompt: str = PROMPT, max_tokens: int = 24) -> None:
+    """The server still answers exactly as the target alone does."""
+    answer = chat(server, prompt, max_tokens)
+    text, n_generated = reference(prompt, max_tokens)
+    assert answer.choices[0].message.content == text
+    assert answer.usage.completion_tokens == n_generated
+
+
+# -- answers ------------------------------------------------------------------------------------
+
+
+def test_models_lists_the_served_model(server: Server):
+    models = server.client().models.list()
+    assert [m.id for m in models.data] == [server.model]
+    assert server.client().models.retrieve(server.model).id == server.model
+
+
+def test_greedy_chat_equals_run_with_the_target_alone(server: Server):
+    answer = chat(server, temperature=0)
+    text, n_generated = reference(PROMPT, 24)
+    assert text.strip()
+    choice = answer.choices[0]
+    assert choice.message.content == text and choice.message.role == "assistant"
+    assert answer.usage.completion_tokens == n_generated
+    assert choice.finish_reason == ("length" if n_generated == 24 else "stop")
+    stats = answer.model_extra["specllama"]  # what speculation did for this answer
+    assert stats["n_generated"] == n_generated and stats["drafter"] == "model"
+    assert 0 < stats["n_accepted"] <= stats["n_drafted"]
+
+
+def test_a_request_without_temperature_is_greedy(server: Server):
+    """The documented default: the server's --temperature (0), not OpenAI's 1.0."""
+    prompt = "What is the capital of France?"
+    assert chat(server, prompt, 16).choices[0].message.content == reference(prompt, 16)[0]
+
+
+def test_streamed_chat_equals_run_and_ends_with_usage(server: Server):
+    stream = chat(server, stream=True, stream_options={"include_usage": True})
+    chunks = list(stream)
+    text, n_generated = reference(PROMPT, 24)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == text
+    finish = [c for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert len(finish) == 1 and finish[0].model_extra["specllama"]["n_generated"] == n_generated
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == n_generated
+
+
+def test_async_text_completion_equals_run_without_template(server: Server):
+    async def complete():
+        client = openai.AsyncOpenAI(base_url=f"{server.url}/v1", api_key=KEY, max_retries=0)
+        async with client:
+            whole = await client.completions.create(
+                model=server.model, prompt=COUNTING, max_tokens=20
+            )
+            stream = await client.completions.create(
+                model=server.model, prompt=COUNTING, max_tokens=20, stream=True
+            )
+            pieces = [chunk.choices[0].text async for chunk in stream if chunk.choices]
+        return whole, "".join(pieces)
+
+    whole, streamed = asyncio.run(complete())
+    text, n_generated = reference(COUNTING, 20, template=False)
+    assert whole.choices[0].text == streamed == text
+    assert whole.usage.completion_tokens == n_generated
+
+
+def test_a_continued_conversation_reuses_the_cached_prefix(server: Server):
+    first = chat(server, "Name a colour.", 12)
+    messages = [
+        {"role": "user", "content": "Name a colour."},
+        {"role": "assistant", "content": first.choices[0].message.content},
+        {"role": "user", "content": "Name another one."},
+    ]
+    second = server.client().chat.completions.create(
+        model=server.model, messages=messages, max_tokens=12
+    )
+    cached = second.usage.prompt_tokens_details.cached_tokens
+    assert cached >= first.usage.prompt_tokens  # the whole first turn came from the cache
+    assert second.model_extra["specllama"]["n_prompt_reused"] == cached
+    assert cached < second.usage.prompt_tokens
+
+
+def test_sampling_with_a_seed_repeats(server: Server):
+    """--fixed draws the random numbers the same way each time (the README says why)."""
+    answers = {
+        chat(server, "Tell me a story.", 16, temperature=1.0, seed=7).choices[0].message.content
+        for _ in range(2)
+    }
+    assert len(answers) == 1
+
+
+# -- stop strings -------------------------------------------------------------------------------
+
+
+def test_stop_string_across_token_boundaries_is_never_emitted(server: Server):
+    lines = [json.loads(line) for line in run_target_alone(PROMPT, 24, "--jsonl")]
+    tokens = [line["text"] for line in lines if line["type"] == "token"]
+    full = "".join(tokens)
+    stop, cut = _stop_across_a_boundary(tokens)
+    assert cut > 0 and stop not in full[:cut]
+    expected = full[:cut]
+
+    whole = chat(server, stop=[stop, "never appears"])
+    assert whole.choices[0].message.content == expected
+    assert whole.choices[0].finish_reason == "stop"
+    assert whole.model_extra["specllama"]["finish_reason"] == "stop_string"
+    streamed = "".join(
+        c.choices[0].delta.content or "" for c in chat(server, stop=stop, stream=True)
+    )
+    assert streamed == expected
+
+
+def _stop_across_a_boundary(tokens: list[str]) -> tuple[str, int]:
+    """A stop string made of the end of one token and the start of the next, whose first
+    occurrence in the text spans that boundary; and where the text must be cut."""
+    full = "".join(tokens)
+    boundaries = list(itertools.accumulate(len(t) for t in tokens))
+    for i in range(2, len(tokens) - 1):
+        left, right = tokens[i], tokens[i + 1]
+        if len(left) >= 2 and len(right) >= 2:
+            stop = left[-2:] + right[:2]
+            at = full.find(stop)
+            if at < boundaries[i] < at + len(stop):
+                return stop, at
+    raise AssertionError(f"no usable token boundary in {tokens}")
+
+
+# -- one generation at a time -------------------------------------------------------------------
+
+
+def test_two_clients_at_once_both_get_their_answers(server: Server):
+    prompts = ["Name a planet.", "Name an animal."]
+    answers: dict[str, str] = {}
+
+    def ask(prompt: str) -> None:
+        answers[prompt] = chat(server, prompt, 12).choices[0].message.content
+
+    threads = [threading.Thread(target=ask, args=(p,)) for p in prompts]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert answers == {p: reference(p, 12)[0] for p in prompts}
+
+
+def test_beyond_the_queue_limit_503_and_the_queued_request_is_answered(server: Server):
+    long_one = _start_stream(server, max_tokens=400)  # generating
+    queued: dict[str, object] = {}
+    waiter = threading.Thread(target=lambda: queued.update(answer=chat(server, PROMPT, 24)))
+    waiter.start()
+    deadline = time.monotonic() + 30
+    while server.health()["waiting"] < 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+
+    status, headers, body = server.request("POST", "/v1/chat/completions", _chat_body(server))
+    assert status == 503 and int(headers["retry-after"]) >= 1
+    assert body["error"]["code"] == "server_busy" and body["error"]["type"] == "server_error"
+
+    long_one.close()  # the client goes away: its generation stops, the queued one runs
+    waiter.join(timeout=120)
+    assert queued["answer"].choices[0].message.content == reference(PROMPT, 24)[0]
+
+
+@pytest.mark.parametrize("streamed", [True, False])
+def test_a_client_that_disconnects_stops_its_generation(server: Server, streamed: bool):
+    server.wait_idle()
+    cancelled_before = server.log.read_text().count("cancelled after")
+    if streamed:
+        connection = _start_stream(server, max_tokens=400)
+    else:
+        connection = http.client.HTTPConnection(*server.address, timeout=60)
+        body = {"model": server.model, "prompt": COUNTING, "max_tokens": 400}
+        connection.request("POST", "/v1/completions", json.dumps(body), AUTH)
+        deadline = time.monotonic() + 30
+        while not server.health()["generating"]:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+    connection.close()
+    server.wait_idle(timeout=30)
+    lines = re.findall(r"cancelled after (\d+) tokens", server.log.read_text())
+    assert len(lines) == cancelled_before + 1  # stopped, not run to its end
+    assert int(lines[-1]) < 400
+    assert_reference_answer(server)
+
+
+def _start_stream(server: Server, max_tokens: int) -> http.client.HTTPConnection:
+    """A streaming text completion, read until its first piece of text arrived."""
+    connection = http.client.HTTPConnection(*server.address, timeout=60)
+    body = {"model": server.model, "prompt": COUNTING, "max_tokens": max_tokens, "stream": True}
+    connection.request("POST", "/v1/completions", json.dumps(body), AUTH)
+    response = connection.getresponse()
+    assert response.status == 200
+    while '"text":"' not in response.readline().decode():
+        pass
+    return connection
+
+
+# -- errors -------------------------------------------------------------------------------------
+
+
+def _chat_body(server: Server, **fields) -> dict:
+    body = {"model": server.model, "messages": [{"role": "user", "content": PROMPT}]}
+    return {**body, "max_tokens": 8, **fields}
+
+
+def assert_error(reply, status: int, code: str | None, param: str | None = None) -> None:
+    got_status, _, body = reply
+    assert got_status == status, body
+    assert set(body["error"]) == {"message", "type", "param", "code"}
+    assert body["error"]["code"] == code and body["error"]["message"]
+    if param is not None:
+        assert body["error"]["param"] == param
+
+
+def test_every_error_has_its_status_and_shape_and_the_next_answer_is_right(server: Server):
+    def post(**fields):
+        return server.request("POST", "/v1/chat/completions", _chat_body(server, **fields))
+
+    tools = [{"type": "function", "function": {"name": "f"}}]
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+    with_image = [{"role": "user", "content": [{"type": "text", "text": "What?"}, image]}]
+    too_long = [{"role": "user", "content": "word " * (CTX + 50)}]
+    malformed = server.request("POST", "/v1/chat/completions", b'{"model": "x", "messages": [')
+    cases = [
+        (malformed, 400, "invalid_json", None),
+        (post(max_tokens="ten"), 400, "invalid_type", "max_tokens"),
+        (post(model="gpt-4o"), 404, "model_not_found", "model"),
+        (post(n=2), 400, "unsupported_parameter", "n"),
+        (post(logprobs=True), 400, "unsupported_parameter", "logprobs"),
+        (post(tools=tools), 400, "unsupported_parameter", "tools"),
+        (post(messages=with_image), 400, "unsupported_parameter", "messages[0].content[1]"),
+        (post(messages=too_long), 400, "context_length_exceeded", "messages"),
+        (server.request("GET", "/v1/nowhere"), 404, None, None),
+        (server.request("GET", "/v1/chat/completions"), 405, None, None),
+        (server.request("GET", "/v1/models/gpt-4o"), 404, "model_not_found", "model"),
+    ]
+    for reply, status, code, param in cases:
+        assert_error(reply, status, code, param)
+    assert_reference_answer(server)
+
+
+def test_the_api_key_is_required_except_for_health(server: Server):
+    for authorization in ({"Authorization": ""}, {"Authorization": "Bearer wrong-key"}):
+        reply = server.request("POST", "/v1/chat/completions", _chat_body(server), authorization)
+        assert_error(reply, 401, "invalid_api_key")
+        assert reply[1]["www-authenticate"] == "Bearer"
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=f"{server.url}/v1", api_key="nope", max_retries=0).models.list()
+    assert server.request("GET", "/health", headers={"Authorization": ""})[0] == 200
+    assert_reference_answer(server)
+
+
+def test_a_body_over_the_limit_is_refused_before_it_is_read(server: Server):
+    connection = http.client.HTTPConnection(*server.address, timeout=30)
+    connection.putrequest("POST", "/v1/chat/completions")
+    connection.putheader("Authorization", f"Bearer {KEY}")
+    connection.putheader("Content-Length", str(64 * 1024 * 1024))
+    connection.endheaders(b"{")  # the server answers without waiting for the other 64 MiB
+    response = connection.getresponse()
+    body = json.loads(response.read())
+    connection.close()
+    assert response.status == 413 and body["error"]["code"] == "request_too_large"
+    assert_reference_answer(server)
+
+
+# -- the command --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "0.0.0.0"])
+def test_a_taken_port_is_one_error_line_and_exit_1(smol_f32: Path, host: str):
+    """Before any model loads; on every interface without a key, after a warning."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        command = ["serve", "--target", str(smol_f32), "--host", host, "--port", str(port)]
+        result = CliRunner().invoke(app, command, env={"SPECLLAMA_API_KEY": None})
+    assert result.exit_code == 1, result.output
+    lines = result.stderr.strip().splitlines()
+    assert lines[-1].startswith(f"error: cannot listen on {host}:{port}"), lines
+    if host == "127.0.0.1":
+        assert len(lines) == 1, lines
+    else:
+        assert len(lines) == 2 and lines[0].startswith("warning: listening on 0.0.0.0 without")
