@@ -14,6 +14,7 @@ from typing import Protocol
 
 import numpy as np
 
+from specllama.engine.lookup import CopyIndex, Match
 from specllama.engine.sampling import (
     Distribution,
     SamplingParams,
@@ -158,27 +159,25 @@ class DraftModelDrafter:
 
 
 class NgramDrafter:
-    """Prompt lookup: find the latest earlier occurrence of the last n tokens, propose what
-    followed it. Free to run, and strong when the answer repeats the prompt (code editing).
-
-    Tries the longest n first (`ngram_max` down to `ngram_min`). The index maps each n-gram to
-    the position right after its latest occurrence, and is extended incrementally.
-    """
+    """Prompt lookup: propose what followed the longest earlier occurrence of the text's end
+    (`specllama.engine.lookup`). Free to run, and strong when the answer copies (code editing,
+    summaries that quote). Its source is named by the match length, "ngramN", so the policy
+    can tell a copy (N in the tens) from a coincidence (N of 1 or 2)."""
 
     name = "ngram"
     decode_seconds = 0.0
 
-    def __init__(self, ngram_max: int = 3, ngram_min: int = 1) -> None:
-        self.ngram_max = ngram_max
-        self.ngram_min = ngram_min
-        self._indexed: list[int] = []
-        self._index: dict[tuple[int, ...], int] = {}
-        self.match_size = 0
+    def __init__(self) -> None:
+        self.index = CopyIndex()
+        self.match: Match | None = None  # the last match found
 
     def sources(self, context: Sequence[int]) -> list[tuple[str, int]]:
-        """("ngramN", 0) when the last N tokens occurred before (the longest such N)."""
-        self._match(context)
-        return [(f"ngram{self.match_size}", 0)] if self.match_size else []
+        """("ngramN", 0): the text's last N tokens occurred before; "ngramN-mixed" when their
+        earlier occurrences did not all go on the same way."""
+        match = self._match(context)
+        if match is None:
+            return []
+        return [(f"ngram{match.length}{'' if match.unanimous else '-mixed'}", 0)]
 
     def propose(
         self,
@@ -188,39 +187,13 @@ class NgramDrafter:
         rng: np.random.Generator,
         **_: object,
     ) -> Draft:
-        if n_max <= 0:
-            return Draft()
-        follower = self._match(context)
-        if follower is None:
-            return Draft()
-        return Draft(tokens=list(context[follower : follower + n_max]))
+        match = self._match(context) if n_max > 0 else None
+        return Draft(tokens=self.index.continuation(match, n_max)) if match else Draft()
 
-    def _match(self, context: Sequence[int]) -> int | None:
-        """Where the continuation of the longest matching n-gram starts, or None; its length
-        is left in `match_size` (0: no match)."""
-        self._update_index(context)
-        self.match_size = 0
-        for n in range(self.ngram_max, self.ngram_min - 1, -1):
-            if len(context) <= n:
-                continue
-            follower = self._index.get(tuple(context[-n:]))
-            if follower is not None:
-                self.match_size = n
-                return follower
-        return None
-
-    def _update_index(self, context: Sequence[int]) -> None:
-        """Index every n-gram that has a continuation, i.e. ends before the last token."""
-        if len(self._indexed) == len(context) and self._indexed == context:
-            return
-        if self._indexed != list(context[: len(self._indexed)]):
-            self._indexed, self._index = [], {}
-        start = len(self._indexed)
-        for end in range(max(start, 1), len(context)):  # n-gram = context[end-n:end]
-            for n in range(self.ngram_min, self.ngram_max + 1):
-                if end >= n:
-                    self._index[tuple(context[end - n : end])] = end
-        self._indexed = list(context)
+    def _match(self, context: Sequence[int]) -> Match | None:
+        self.index.sync(context)
+        self.match = self.index.longest_match()
+        return self.match
 
     def rewind(self, context: Sequence[int]) -> None:
         pass
@@ -234,8 +207,7 @@ class CombinedDrafter:
 
     def __init__(self, model: DraftModelDrafter, ngram: NgramDrafter | None = None) -> None:
         self.model = model
-        # Longer n-grams than the n-gram drafter's default: a long match says "copying".
-        self.ngram = ngram or NgramDrafter(ngram_max=8)
+        self.ngram = ngram or NgramDrafter()
 
     def sources(self, context: Sequence[int]) -> list[tuple[str, int]]:
         return [*self.ngram.sources(context), *self.model.sources(context)]

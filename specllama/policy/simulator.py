@@ -6,7 +6,8 @@ answer (the target's own tokens),
 
 - `model_agrees[i]`: the draft model's greedy token equals the target's;
 - `model_confidence[i]`: the draft model's top probability there (for its confidence stop);
-- `ngram_match[i]`: the length of the n-gram match the n-gram drafter finds (0: none);
+- `ngram_match[i]`: the length of the longest match the n-gram drafter finds (0: none);
+- `ngram_unanimous[i]`: every earlier occurrence of that match is followed by the same token;
 - `ngram_offer[i]`: how many tokens it could propose there;
 - `ngram_run[i]`: how many of those agree with the answer, in a row;
 - `model_second_agrees[i]`: the draft model's second choice equals the target's token (what a
@@ -47,6 +48,7 @@ class Trace:
     name: str = ""
     category: str = ""
     model_second_agrees: tuple[bool, ...] = ()
+    ngram_unanimous: tuple[bool, ...] = ()  # empty in older traces: taken as unanimous
 
     def __len__(self) -> int:
         return len(self.model_agrees)
@@ -69,6 +71,7 @@ class Trace:
             "ngram_offer": list(self.ngram_offer),
             "ngram_run": list(self.ngram_run),
             "model_second_agrees": [int(x) for x in self.model_second_agrees],
+            "ngram_unanimous": [int(x) for x in self.ngram_unanimous],
         }
 
     @classmethod
@@ -83,6 +86,7 @@ class Trace:
             name=str(data.get("name", "")),
             category=str(data.get("category", "")),
             model_second_agrees=tuple(bool(x) for x in data.get("model_second_agrees", ())),
+            ngram_unanimous=tuple(bool(x) for x in data.get("ngram_unanimous", ())),
         )
 
 
@@ -175,7 +179,8 @@ def simulate(
         pos = state.pos
         options: list[tuple[str, int]] = []
         if ngram and trace.ngram_match[pos]:
-            options.append((f"{NGRAM}{trace.ngram_match[pos]}", 0))
+            mixed = trace.ngram_unanimous and not trace.ngram_unanimous[pos]
+            options.append((f"{NGRAM}{trace.ngram_match[pos]}{'-mixed' if mixed else ''}", 0))
         backlog = max(trace.n_prompt + pos - state.model_done, 0)
         if draft_model:
             options.append((MODEL, backlog))
@@ -309,8 +314,7 @@ def record_trace(
     prompt: Sequence[int],
     *,
     max_tokens: int,
-    ngram_max: int = 8,
-    offer_max: int = 48,
+    offer_max: int = 64,
     name: str = "",
     category: str = "",
 ) -> tuple[Trace, list[int]]:
@@ -327,19 +331,15 @@ def record_trace(
     agrees, confidence, second = [False] * n, [0.0] * n, [False] * n
     if draft is not None and n:
         _teacher_forced(draft, list(prompt), answer, agrees, confidence, second)
-    lookup = NgramDrafter(ngram_max=ngram_max)
+    lookup = NgramDrafter()
     context = list(prompt)
-    match, offer, run = [0] * n, [0] * n, [0] * n
+    match, offer, run, unanimous = [0] * n, [0] * n, [0] * n, [True] * n
     for i in range(n):
-        options = lookup.sources(context)
-        if options:
-            match[i] = lookup.match_size
+        if lookup.sources(context):
+            match[i], unanimous[i] = lookup.match.length, lookup.match.unanimous
             proposal = lookup.propose(context, offer_max, SamplingParams(0.0), None).tokens
             offer[i] = len(proposal)
-            while (
-                run[i] < len(proposal) and i + run[i] < n and proposal[run[i]] == answer[i + run[i]]
-            ):
-                run[i] += 1
+            run[i] = _agreeing(proposal, answer[i:])
         context.append(answer[i])
     trace = Trace(
         tuple(agrees),
@@ -351,6 +351,7 @@ def record_trace(
         name=name,
         category=category,
         model_second_agrees=tuple(second),
+        ngram_unanimous=tuple(unanimous),
     )
     return trace, answer
 

@@ -137,7 +137,7 @@ def test_second_generation_reuses_the_evaluated_prefix():
 
 
 def test_ngram_drafter_proposes_what_followed_the_last_match():
-    drafter = NgramDrafter(ngram_max=3)
+    drafter = NgramDrafter()
     context = [5, 6, 7, 8, 9, 1, 5, 6, 7]
     draft = drafter.propose(context, 3, GREEDY, np.random.default_rng())
     assert draft.tokens == [8, 9, 1]
@@ -232,7 +232,7 @@ def test_deterministic_draft_keeps_the_target_distribution():
     sample_rng = np.random.default_rng(3)
     prompt = [0, 5, 0]  # the n-gram drafter proposes 5 after 0
     for _ in range(12_000):
-        drafter = NgramDrafter(ngram_max=1)
+        drafter = NgramDrafter()
         tokens, _ = run(target, drafter, prompt, SAMPLED, k=2, max_tokens=2, rng=sample_rng)
         counts[tokens[0]] += 1
     assert chi_square(counts, p_table[0]) < CHI2_CRITICAL_P001[7]

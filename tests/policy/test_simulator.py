@@ -69,7 +69,7 @@ def test_ngram_rounds_match_the_real_loop(models):
     target, _ = models
     prompt = [3, 4, 5, 6, 3, 4, 5, 6, 3]
     trace, _ = record_trace(target, None, prompt, max_tokens=60)
-    expected, _ = real_rounds(target, NgramDrafter(ngram_max=8), prompt, 4, 60)
+    expected, _ = real_rounds(target, NgramDrafter(), prompt, 4, 60)
     replayed = simulate(trace, FixedLength(4), MachineCosts(COSTS), draft_model=False)
     assert [shape(r) for r in replayed.rounds] == expected
     assert any(n for n, *_ in expected)
