@@ -13,7 +13,9 @@ the round costs here, learnt online), and drafts nothing when nothing beats the 
 1 / C(0), by `margin`.
 
 What it knows of a source's acceptance a is a Beta posterior: a prior (`PRIORS`, worth
-`prior_weight` tokens) plus what the source's rounds showed, each accepted draft token a success
+`prior_weight` tokens for an n-gram lane, `model_prior_weight` for the draft model, whose one
+unlucky first round must not send it to rest) plus what the source's rounds showed, each
+accepted draft token a success
 and the first rejected one a failure (the tokens after it say nothing). Old evidence fades
 (`memory` per observation), so a source that changes (prose after code) is seen changing.
 
@@ -61,26 +63,52 @@ from specllama.engine.events import RoundEvent
 from specllama.policy.costs import Costs, LiveCosts, expected_tokens
 
 # What each source is assumed to get right before anything is observed. An n-gram match is
-# judged by its length: a 1-token match is a weak guess, six tokens or more usually means the
-# answer is copying the prompt (measured on the bundled prompts with Qwen2.5-Coder: the first
-# token after a 1-token match is right 13-47% of the time, after 6+ tokens 84-97% in code and
-# summaries).
-PRIORS = {MODEL: 0.8, "ngram1": 0.2, "ngram2": 0.45, "ngram3": 0.6, "ngram4": 0.7, "ngram6": 0.85}
+# judged by its length, and a short one also by whether every earlier occurrence went on the
+# same way ("-mixed" when not). Measured with Qwen2.5-Coder 1.5B on the bundled prompts and 19
+# from Spec-Bench (the first token after a match of N tokens is right): 1 token 33% (mixed 13%),
+# 2 tokens 50-59% (mixed 11-16%), 3 70% (mixed 12-30%), 4-5 68-78%, 6-11 80-83%, 12-23 92-94%,
+# 24 and more 100% (492 positions). A match shorter than MIN_MATCH is never drafted from: as
+# often a coincidence as not, it lost more on the answers that do not copy than it won on those
+# that do, even where verifying is cheap (replayed on the traces of both prompt sets).
+PRIORS = {
+    MODEL: 0.8,
+    "ngram3": 0.7,
+    "ngram3-mixed": 0.2,
+    "ngram4": 0.75,
+    "ngram6": 0.8,
+    "ngram12": 0.92,
+    "ngram24": 0.98,
+}
+MIN_MATCH = 3
+# A match of N tokens counts in the lane of the largest of these that is at most N.
+NGRAM_LANES = (1, 2, 3, 4, 6, 12, 24)
+MIXED = "-mixed"  # the suffix of a match whose earlier occurrences went on differently
 
 # Steady state: a draft model that drafted last round has one or two tokens to evaluate (the
 # target's own token, and the last draft when all were accepted), already in the cost of a round.
 _ROUTINE_BACKLOG = 2
-# Acceptance is looked up on a grid of this many steps.
+# Acceptance is looked up on a grid of this many steps. An n-gram source's is taken to be at most
+# _COPY_A_MAX: a long run of accepted tokens makes its posterior nearly 1, but every copy ends
+# somewhere, and a draft of 48 at "a = 1" loses most of it there.
 _GRID = 100
+_COPY_A_MAX = 0.99
 
 
 def lane_of(source: str) -> str:
-    """The controller's statistics key for a source name: "ngramN" (match of N tokens) is
-    bucketed as 1, 2, 3, 4-5, 6+; other names are their own key."""
-    if source.startswith(NGRAM):
-        size = int(source[len(NGRAM) :] or 3)
-        return f"{NGRAM}{size if size <= 3 else (4 if size < 6 else 6)}"
-    return source
+    """The controller's statistics key for a source name: "ngramN" (a match of N tokens) is
+    bucketed by NGRAM_LANES (1, 2, 3, 4-5, 6-11, 12-23, 24+), a mixed one as such up to 3;
+    other names are their own key."""
+    if not source.startswith(NGRAM):
+        return source
+    size, mixed = source[len(NGRAM) :], source.endswith(MIXED)
+    size = int(size.removesuffix(MIXED) or 3)
+    lane = max(b for b in NGRAM_LANES if b <= max(size, 1))
+    return f"{NGRAM}{lane}{MIXED if mixed and lane <= 3 else ''}"
+
+
+def _too_short(source: str) -> bool:
+    lane = lane_of(source)
+    return lane.startswith(NGRAM) and int(lane[len(NGRAM) :].removesuffix(MIXED)) < MIN_MATCH
 
 
 @dataclass
@@ -90,17 +118,19 @@ class _Source:
     lane: str
     kind: str  # MODEL or NGRAM: what its rounds cost
     prior: float
+    weight: float  # what the prior is worth, in tokens
     hits: float = 0.0  # accepted draft tokens (faded)
     misses: float = 0.0  # first rejections (faded)
     off_until: int = 0  # rests until this round
     pause: int = 0  # the next rest when it goes off
     paid: bool = False  # has paid since it last went off
+    back: bool = False  # has rested, and not been probed since
     history: list[int] = field(default_factory=list)  # rests taken (for tests and reports)
 
-    def posterior(self, prior_weight: float) -> tuple[float, float]:
+    def posterior(self) -> tuple[float, float]:
         """Mean and standard deviation of the acceptance."""
-        n = self.hits + self.misses + prior_weight
-        mean = (self.hits + self.prior * prior_weight) / n
+        n = self.hits + self.misses + self.weight
+        mean = (self.hits + self.prior * self.weight) / n
         return mean, math.sqrt(mean * (1.0 - mean) / (n + 1.0))
 
 
@@ -115,6 +145,7 @@ class _RateTable:
         with np.errstate(divide="ignore", invalid="ignore"):
             tokens = np.where(a < 1.0, (1.0 - a ** (k + 1)) / (1.0 - a), k + 1.0)
         cost = np.array([live.round(kind, n) for n in range(k_max + 1)])
+        self.costs = cost
         rates = tokens / cost
         rates[:, 0] = 0.0  # a source is asked for at least one token
         self.kind = kind
@@ -139,11 +170,16 @@ class _RateTable:
         self.pipelined = better
 
     def at(self, a: float) -> tuple[int, float]:
-        i = min(max(round(a * _GRID), 0), _GRID)
+        i = self._index(a)
         return int(self.k[i]), float(self.rate[i])
 
     def pipelined_at(self, a: float) -> bool:
-        return bool(self.pipelined[min(max(round(a * _GRID), 0), _GRID)])
+        return bool(self.pipelined[self._index(a)])
+
+    def _index(self, a: float) -> int:
+        if self.kind == NGRAM:
+            a = min(a, _COPY_A_MAX)
+        return min(max(round(a * _GRID), 0), _GRID)
 
     def break_even(self, worth: float) -> float | None:
         """The lowest acceptance at which the best length beats the rate `worth`."""
@@ -166,24 +202,27 @@ class AdaptiveController:
         ngram_max: int = 48,
         memory: float = 0.97,
         prior_weight: float = 2.0,
+        model_prior_weight: float = 3.0,
         z: float = 1.0,
         forget: float = 0.5,
         margin: float = 0.02,
         probe_after: int = 16,
         probe_after_max: int = 512,
         min_horizon: int = 8,
+        probe_loss: float = 1.0,
         priors: dict[str, float] | None = None,
     ) -> None:
         self.costs = costs
         self.live = LiveCosts(costs)
         self.memory = memory
-        self.prior_weight = prior_weight
+        self.prior_weight = {NGRAM: prior_weight, MODEL: model_prior_weight}
         self.z = z
         self.forget = forget
         self.margin = margin
         self.probe_after = probe_after
         self.probe_after_max = probe_after_max
         self.min_horizon = min_horizon
+        self.probe_loss = probe_loss
         self.k_max = {MODEL: max(1, draft_max), NGRAM: max(1, ngram_max, draft_max)}
         self.priors = {**PRIORS, **(priors or {})}
         self.sources: dict[str, _Source] = {}
@@ -191,6 +230,7 @@ class AdaptiveController:
         self._tables: dict[str, _RateTable] = {}
         self._backlog = 0  # the backlog of the source chosen for the round under way
         self.pipelined = False  # the round under way makes its next draft while verifying
+        self._plain_seen = False  # a round of the target alone has been observed
         self.min_confidence = self._break_even_confidence()
 
     def source(self, name: str) -> _Source:
@@ -198,16 +238,19 @@ class AdaptiveController:
         lane = lane_of(name)
         if lane not in self.sources:
             prior = self.priors.get(lane, 0.5)
-            self.sources[lane] = _Source(lane, kind_of(lane), prior, pause=self.probe_after)
+            kind = kind_of(lane)
+            weight = self.prior_weight[kind]
+            self.sources[lane] = _Source(lane, kind, prior, weight, pause=self.probe_after)
         return self.sources[lane]
 
     def acceptance(self, name: str) -> float:
-        return self.source(name).posterior(self.prior_weight)[0]
+        return self.source(name).posterior()[0]
 
     def table(self, kind: str) -> _RateTable:
+        k_max = min(self.k_max[kind], self.live.draft_limit())
         table = self._tables.get(kind)
-        if table is None or table.version != self.live.version:
-            table = self._tables[kind] = _RateTable(self.live, kind, self.k_max[kind])
+        if table is None or table.version != self.live.version or len(table.costs) != k_max + 1:
+            table = self._tables[kind] = _RateTable(self.live, kind, k_max)
             self.min_confidence = self._break_even_confidence()
         return table
 
@@ -221,6 +264,11 @@ class AdaptiveController:
     def choose(
         self, options: Sequence[SourceOption], *, remaining: int, generated: int = 0
     ) -> tuple[str, int]:
+        self.pipelined = False
+        if not self._plain_seen:
+            # What the target alone costs is what every choice is weighed against: see it
+            # once before believing the calibration's word on anything else.
+            return "", 0
         worth = (1.0 + self.margin) / self.live.plain()  # the rate to beat: the target alone's
         horizon = max(min(remaining, max(generated, self.min_horizon)), 1)  # tokens still expected
         best: tuple[str, int] = ("", 0)
@@ -228,11 +276,13 @@ class AdaptiveController:
         best_mean = 0.0
         self._backlog = 0
         for name, backlog in options:
+            if _too_short(name):
+                continue
             source = self.source(name)
             if self.round < source.off_until:
                 continue
             table = self.table(source.kind)
-            mean, sd = source.posterior(self.prior_weight)
+            mean, sd = source.posterior()
             k, rate = table.at(mean)
             catch_up = 0.0
             if source.kind == MODEL and backlog > _ROUTINE_BACKLOG:
@@ -241,7 +291,7 @@ class AdaptiveController:
                 # It pays; a catch-up first is spread over the tokens still expected.
                 tokens = expected_tokens(mean, k)
                 rate = tokens / (tokens / rate + catch_up * tokens / horizon)
-            elif self._worth_learning(table, mean, sd, k, catch_up, horizon, worth):
+            elif self._worth_learning(table, mean, sd, k, catch_up, horizon, worth, source):
                 rate = worth * 1.001  # a round to learn from, after every source that pays
             else:
                 optimistic = table.at(min(mean + self.z * sd, 1.0))[1]
@@ -261,19 +311,26 @@ class AdaptiveController:
         catch_up: float,
         horizon: int,
         worth: float,
+        source: _Source,
     ) -> bool:
         """Is a round of a source that does not pay as far as is known worth its cost for what
-        it tells? Yes when the chance that the source pays after all, times what it would then
-        save over the tokens still expected, exceeds what the round loses (catch-up included)."""
+        it tells? Only if the optimistic acceptance would pay. A source back from a rest gets
+        one round, its probe, when that loses at most `probe_loss` target tokens (catch-up
+        included), so that one unlucky round early in an answer does not cost the rest of it;
+        after that it must pay on its own. One that never rested gets rounds while the chance
+        that it pays after all, times what it would then save over the tokens still expected,
+        exceeds what the round loses."""
         optimistic = table.at(min(mean + self.z * sd, 1.0))[1]
         break_even = table.break_even(worth)
         if optimistic <= worth or break_even is None:
             return False
-        chance = 0.5 * math.erfc((break_even - mean) / (sd * math.sqrt(2.0)))
         plain = self.live.plain()
-        saving = horizon * (plain - 1.0 / optimistic)
         loss = catch_up + self.live.round(table.kind, k) - expected_tokens(mean, k) * plain
-        return chance * saving > loss
+        if source.history:
+            probe, source.back = source.back and loss <= self.probe_loss * plain, False
+            return probe
+        chance = 0.5 * math.erfc((break_even - mean) / (sd * math.sqrt(2.0)))
+        return chance * horizon * (plain - 1.0 / optimistic) > loss
 
     def _rest(self, source: _Source, *, forget: bool) -> None:
         """Leave `source` out for its pause (twice as long each time it rests again without
@@ -282,6 +339,7 @@ class AdaptiveController:
         if source.paid:
             source.pause, source.paid = self.probe_after, False
         source.off_until = self.round + source.pause
+        source.back = True
         source.history.append(source.pause)
         source.pause = min(2 * source.pause, self.probe_after_max)
         if forget:
@@ -290,6 +348,7 @@ class AdaptiveController:
 
     def observe(self, round_: RoundEvent) -> None:
         self.round += 1
+        self._plain_seen |= not round_.n_drafted
         self._learn_costs(round_)
         if not round_.source:
             return
@@ -301,8 +360,8 @@ class AdaptiveController:
         # (it stopped at once), is a failure.
         source.misses = source.misses * fade + (round_.n_accepted < max(round_.n_drafted, 1))
         # It has paid once its own evidence, not the prior, says so.
-        mean, _ = source.posterior(self.prior_weight)
-        evidence = source.hits + source.misses >= 3 * self.prior_weight
+        mean, _ = source.posterior()
+        evidence = source.hits + source.misses >= 3 * source.weight
         if evidence and self.table(source.kind).at(mean)[1] * self.live.plain() > 1 + self.margin:
             source.paid = True
 

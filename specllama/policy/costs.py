@@ -9,10 +9,11 @@ with V(n) the target verifying a batch of n tokens (the pending token plus k dra
 draft-model step (0 for n-gram lookup) and o_s(k + 1) the Python time of such a round (sampling,
 bookkeeping, the controller: what is neither model's decode), a base plus a part per verified
 row. A round that drafts nothing is the target alone: C(0) = V(1) + o_plain(1). The measured V
-and c_draft are rescaled by what rounds really cost (on a loaded machine, or on a GPU where a
-decode returns before its work is done, the calibration can be off by a factor), and the o's
-are fitted to the rounds: they start at 0, which is nearly right on a CPU, and are learnt within
-a few rounds where they matter (a GPU).
+is a prior that the rounds correct size by size (`specllama.policy.verify_curve`: measured on a
+loaded machine the calibration can be off by a factor or have the wrong shape; on a GPU a decode
+can return before its work is done), c_draft is rescaled by what draft steps really cost, and
+the o's are fitted to the rounds: they start at 0, which is nearly right on a CPU, and are
+learnt within a few rounds where they matter (a GPU).
 
 When each draft token is accepted independently with probability a, a round that drafts k
 tokens yields on average the accepted prefix plus the target's own token:
@@ -42,6 +43,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 
 from specllama.engine.control import MODEL, NGRAM, PLAIN
+from specllama.policy.verify_curve import RunningRatio, VerifyCurve
 
 PIPELINED = "pipelined"  # a draft-model round whose next draft is made while the target verifies
 
@@ -49,6 +51,8 @@ PIPELINED = "pipelined"  # a draft-model round whose next draft is made while th
 # measured costs (a factor either way).
 _LEARN_RATE = 0.1
 _SCALE_LIMIT = 4.0
+# Where a move of V redoes the controller's tables.
+_WATCHED_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48)
 
 
 @dataclass(frozen=True)
@@ -160,20 +164,33 @@ class LiveCosts:
 
     def __init__(self, costs: Costs) -> None:
         self.measured = costs
-        self.target_scale = 1.0  # observed / measured verify cost
-        self.draft_scale = 1.0  # observed / measured draft step
+        self.verify_curve = VerifyCurve(costs.verify)
+        self._draft = RunningRatio()  # observed / measured draft step
         self.overlap = costs.overlap  # lambda, corrected by pipelined rounds
         kinds = (PLAIN, MODEL, NGRAM, PIPELINED)
         self.overhead = {kind: _Overhead() for kind in kinds}
-        self._verify = [costs.verify(n) for n in range(1, 66)]  # V(1..65), looked up each round
         self.version = 0  # bumped when the costs moved enough for a cached table to be redone
         self._at_version = self._snapshot()
 
     # -- the model --------------------------------------------------------------------------
 
     def verify(self, n: int) -> float:
-        v = self._verify[n - 1] if n <= len(self._verify) else self.measured.verify(n)
-        return v * self.target_scale
+        return self.verify_curve(n)
+
+    @property
+    def draft_scale(self) -> float:
+        """Observed over measured draft step; until a draft step is seen, the target's ratio
+        for one token: a machine busier (or quieter) than at calibration is so for both."""
+        if self._draft.count:
+            return self._draft.value
+        return self.verify_curve.ratio(1) or 1.0
+
+    def draft_limit(self) -> int:
+        """The longest draft worth weighing now: twice the largest batch verified so far
+        (at least 2). The calibration's word on batches no round has made is a guess, and a
+        flat guess on a machine where a batch of 49 costs 20 tokens would cost that much at
+        once; doubling, the costs are seen before they are paid in full."""
+        return max(2, 2 * self.verify_curve.largest)
 
     def draft_step(self) -> float:
         return self.measured.draft_step_s * self.draft_scale
@@ -215,6 +232,7 @@ class LiveCosts:
         were drafted ahead last round), then `span_s` from starting the verify, with `n_ahead`
         tokens drafted ahead beside it, to having both. Corrects lambda and the round's Python
         time; the verify and draft steps are learnt from rounds that run them alone."""
+        self.verify_curve.tried(n_drafted + 1)
         v, ahead = self.verify(n_drafted + 1), n_ahead * self.draft_step()
         if n_ahead and min(v, ahead) > 0:
             seen = (span_s - max(v, ahead)) / min(v, ahead)
@@ -234,12 +252,9 @@ class LiveCosts:
     ) -> None:
         """What one round cost: its target verify (n_drafted + 1 rows), `draft_steps` one-token
         draft decodes (when the draft model did nothing else), and its whole time."""
-        expected = self.measured.verify(n_drafted + 1)
-        if target_s > 0 and expected > 0:
-            self.target_scale = _follow(self.target_scale, target_s / expected)
+        self.verify_curve.observe(n_drafted + 1, target_s)
         if kind == MODEL and draft_steps and self.measured.draft_step_s:
-            ratio = draft_s / (draft_steps * self.measured.draft_step_s)
-            self.draft_scale = _follow(self.draft_scale, ratio)
+            self._draft.add(draft_s, draft_steps * self.measured.draft_step_s)
         if wall_s > 0:
             self.overhead[kind].add(n_drafted + 1, max(wall_s - draft_s - target_s, 0.0))
         self._bump_version()
@@ -251,19 +266,17 @@ class LiveCosts:
 
     def _snapshot(self) -> tuple[float, ...]:
         overheads = [o(1) for o in self.overhead.values()] + [o(9) for o in self.overhead.values()]
-        return (self.target_scale, self.draft_scale, self.overlap, *overheads)
+        verify = [self.verify(n) for n in _WATCHED_SIZES]
+        return (self.draft_scale, self.overlap, *overheads, *verify)
 
     def _moved(self) -> bool:
         """More than 2% (of one target token, for the overheads; 0.02 for lambda) since the
-        last version."""
+        last version, for the draft step, lambda, the overheads or V at a few sizes."""
         now, then = self._snapshot(), self._at_version
         one = self.verify(1) or 1.0
-        scales = any(abs(a - b) > 0.02 * b for a, b in zip(now[:2], then[:2]))
-        overlap = abs(now[2] - then[2]) > 0.02
-        overheads = any(abs(a - b) > 0.02 * one for a, b in zip(now[3:], then[3:]))
-        return scales or overlap or overheads
-
-
-def _follow(scale: float, ratio: float) -> float:
-    ratio = min(max(ratio, 1 / _SCALE_LIMIT), _SCALE_LIMIT)
-    return scale + _LEARN_RATE * (ratio - scale)
+        n = len(self.overhead) * 2
+        draft = abs(now[0] - then[0]) > 0.02 * then[0]
+        overlap = abs(now[1] - then[1]) > 0.02
+        overheads = any(abs(a - b) > 0.02 * one for a, b in zip(now[2 : 2 + n], then[2 : 2 + n]))
+        verify = any(abs(a - b) > 0.02 * b for a, b in zip(now[2 + n :], then[2 + n :]))
+        return draft or overlap or overheads or verify

@@ -67,7 +67,7 @@ def model_rounds(result):
 def test_drafts_long_when_verification_is_cheap_and_drafts_are_good():
     rng = np.random.default_rng(1)
     result, _ = replay(GPU, synthetic_trace(256, 0.95, rng), ngram=False)
-    assert statistics.median(r.n_drafted for r in model_rounds(result)) >= 8
+    assert statistics.median(r.n_drafted for r in model_rounds(result)) >= 7
     assert result.speedup > 1.8
 
 
@@ -78,7 +78,7 @@ def test_a_run_of_bad_luck_does_not_switch_off_a_source_that_pays():
     result, controller = replay(GPU, trace_of(agrees), ngram=False)
     assert controller.sources[MODEL].history == []  # never rested
     drafted = [bool(r.n_drafted) for r in result.rounds]
-    assert all(drafted)
+    assert not drafted[0] and all(drafted[1:])  # the first round sees what the target costs
     assert result.speedup > 1.3
 
 
@@ -86,9 +86,11 @@ def test_a_source_that_does_not_pay_is_off_within_a_few_rounds():
     rng = np.random.default_rng(3)
     result, controller = replay(GPU, synthetic_trace(256, 0.1, rng), ngram=False)
     drafted = [i for i, r in enumerate(result.rounds) if r.source == MODEL]
-    assert drafted[:3] == [0, 1, 2] and max(i for i in drafted if i < 100) < 10
-    # Then only probes, ever rarer: 16, 32, 64... rounds apart.
-    assert len(drafted) <= 10
+    # Round 0 is the target alone: what it costs is seen before anything is weighed against it.
+    # Then a few rounds find out (the draft model's prior is worth 3 tokens), and it rests.
+    assert drafted[:3] == [1, 2, 3] and len([i for i in drafted if i < 16]) <= 8
+    # Then only probes after rests of 16, 32, 64... rounds (a probe that hits gets another).
+    assert len(drafted) <= 12
     pauses = controller.sources[MODEL].history
     assert pauses == sorted(pauses) and pauses[-1] >= 4 * pauses[0]
     assert result.speedup > 0.97
@@ -115,7 +117,7 @@ def test_a_long_answer_pays_for_the_catch_up_once_it_has_run_long_enough():
         first = next(i for i, r in enumerate(result.rounds) if r.source == MODEL)
         return first, result.speedup
 
-    assert first_model_round(40)[0] == 0
+    assert first_model_round(40)[0] == 1  # after the round that sees the target alone
     first, speedup = first_model_round(400)
     assert 15 < first < 100 and speedup > 1.1
 
@@ -198,9 +200,14 @@ def test_ngram_matches_are_judged_by_their_length():
     assert lane_of("ngram5") == "ngram4"
     assert lane_of("ngram9") == "ngram6"
     assert lane_of(MODEL) == MODEL
+    assert lane_of("ngram30") == "ngram24" and lane_of("ngram2-mixed") == "ngram2-mixed"
+    assert lane_of("ngram7-mixed") == "ngram6"  # a long match copies, however it went before
     c = AdaptiveController(CPU_Q4)
-    # On the dear CPU, a 1-token match is not worth even a probe; a 7-token one is.
-    assert c.choose([("ngram1", 0)], remaining=1000) == ("", 0)
+    assert c.choose([("ngram7", 0)], remaining=1000) == ("", 0)  # first: the target alone
+    c.observe(RoundEvent(0, 0, 0.0, CPU_Q4.verify(1), ""))
+    # On the dear CPU, a 1-token match that went on differently before is not worth even a
+    # probe; a 7-token one is.
+    assert c.choose([("ngram1-mixed", 0)], remaining=1000) == ("", 0)
     source, k = c.choose([("ngram7", 0)], remaining=1000)
     assert source == "ngram7" and k > 0
     c.observe(RoundEvent(k, k, 0.0, CPU_Q4.verify(k + 1), "ngram7"))
@@ -211,7 +218,7 @@ def test_ngram_drafts_grow_long_while_the_text_is_being_copied():
     n = 200
     copying = Trace((False,) * n, (0.5,) * n, (8,) * n, (48,) * n, (48,) * n, 32)
     result, _ = replay(CPU_Q4, copying, draft_model=False)
-    assert result.rounds[0].n_drafted > 0
+    assert result.rounds[1].n_drafted > 0
     assert max(r.n_drafted for r in result.rounds) >= 16
     assert result.speedup > 2.0
 
@@ -283,8 +290,12 @@ def test_adaptive_in_the_loop_drafts_long_from_a_perfect_draft_and_stops_for_a_b
     controller = AdaptiveController(CHEAP_VERIFY)
     _, bad = run_loop(target, DraftModelDrafter(wrong), controller, max_tokens=120)
     assert sum(r.n_accepted for r in bad) == 0
-    drafted_rounds = sum(1 for r in bad if r.n_drafted)
-    assert drafted_rounds < len(bad) / 8  # mostly the target alone
+    # Mostly the target alone: after the rounds that find out, only a probe now and then. A
+    # wrong draft of one costs a fifth of a token here, and the draft model's prior (0.8, worth
+    # 3 tokens) takes about 18 of them to overturn: in all, at most 6% slower.
+    assert sum(1 for r in bad[40:] if r.n_drafted) <= 6
+    booked = target.decode_seconds + wrong.decode_seconds
+    assert booked <= 1.06 * 120 * 0.020
 
 
 def test_round_events_name_their_source_and_time_the_round():
@@ -292,13 +303,14 @@ def test_round_events_name_their_source_and_time_the_round():
     target = MarkovBackend(table)
     drafter = CombinedDrafter(DraftModelDrafter(MarkovBackend(table)), NgramDrafter())
     _, rounds = run_loop(target, drafter, AdaptiveController(CHEAP_VERIFY), prompt=(0, 1, 2, 0, 1))
-    assert {lane_of(r.source) for r in rounds} <= {MODEL, "ngram1", "ngram2", "ngram3", ""}
+    lanes = {f"ngram{n}" for n in (1, 2, 3, 4, 6, 12, 24)} | {"ngram1-mixed", "ngram2-mixed"}
+    assert {lane_of(r.source) for r in rounds} <= {MODEL, "", *lanes}
     assert any(r.source for r in rounds)
     assert all(r.wall_s > 0 for r in rounds)
 
 
 def test_ngram_drafter_offers_its_match_length():
-    drafter = NgramDrafter(ngram_max=4)
+    drafter = NgramDrafter()
     assert drafter.sources([1, 2, 3]) == []
     assert drafter.sources([1, 2, 3, 9, 1, 2, 3]) == [("ngram3", 0)]
     assert drafter.propose([1, 2, 3, 9, 1, 2, 3], 2, SamplingParams(0.0), None).tokens == [9, 1]
