@@ -29,7 +29,7 @@ from specllama.llama.backend import LlamaBackend, build_facts, default_threads
 from specllama.llama.rpc import DEFAULT_TIMEOUT_S
 from specllama.models.catalog import DRAFTERS
 from specllama.models.compat import check_compatible
-from specllama.policy import calibration
+from specllama.policy import calibration, trust
 from specllama.policy.controller import AdaptiveController
 from specllama.policy.costs import Costs
 
@@ -108,7 +108,7 @@ class Engine:
         self.drafter = self._make_drafter(config.drafter)
         self.draft_max = config.draft_max
         self.adaptive_draft_max = config.adaptive_draft_max
-        self.costs: Costs | None = None
+        self.calibration: calibration.Calibration | None = None
         self.controller: DraftController | None = None  # adaptive: kept across generations
 
     def _make_drafter(self, name: str) -> Drafter:
@@ -118,7 +118,7 @@ class Engine:
             model = DraftModelDrafter(self.draft_model)
             return CombinedDrafter(model) if self.config.adaptive else model
         if name == "ngram":  # adaptive: longer n-grams, whose length tells a copy from a guess
-            return NgramDrafter(ngram_max=8) if self.config.adaptive else NgramDrafter()
+            return NgramDrafter()
         return NoDrafter()
 
     def use_drafter(self, name: str) -> None:
@@ -157,7 +157,7 @@ class Engine:
         if isinstance(self.drafter, NoDrafter):
             controller = FixedLength(0)
         controller = controller or self.default_controller()
-        return generate(
+        events = generate(
             self.target,
             self.drafter,
             prompt,
@@ -166,33 +166,62 @@ class Engine:
             controller=controller,
             rng=make_rng(params),
         )
+        return self._reviewed(events) if controller is self.controller else events
+
+    def _reviewed(self, events: Iterator[Event]) -> Iterator[Event]:
+        """The loop's events; once it is done, its rounds are checked against the cached
+        calibration (`review_calibration`)."""
+        yield from events
+        self.review_calibration()
 
     # -- measured costs and the controller ------------------------------------------------
 
     def calibrate(
-        self, *, refresh: bool = False, on_measure: Callable[[], None] | None = None
+        self, *, refresh: bool = False, on_measure: Callable[[str], None] | None = None
     ) -> Costs:
         """This machine's costs for these models: cached, or measured now (a few seconds)."""
-        if self.costs is None or refresh:
-            key = calibration.calibration_key(
-                self.config.target,
-                self.config.draft if self.draft_model is not None else None,
-                n_threads=self.config.n_threads or default_threads(),
-                n_gpu_layers=self.config.n_gpu_layers,
-                n_gpu_layers_draft=self.config.n_gpu_layers_draft,
-                llama_version=build_facts().version,
-                extra_buffers=self.target.extra_buffers,
-                workers=[(w.endpoint, w.total_bytes) for w in self.workers],
-            )
-            self.costs = calibration.load_or_measure(
-                key,
+        if self.calibration is None or refresh:
+            self.calibration = calibration.load_or_measure(
+                self._calibration_key(),
                 self.target,
                 self.draft_model,
                 refresh=refresh,
                 on_measure=on_measure,
                 side_by_side=self.both_on_gpu,
             )
-        return self.costs
+        return self.calibration.costs
+
+    @property
+    def costs(self) -> Costs | None:
+        return self.calibration.costs if self.calibration is not None else None
+
+    def _calibration_key(self) -> dict[str, object]:
+        return calibration.calibration_key(
+            self.config.target,
+            self.config.draft if self.draft_model is not None else None,
+            n_threads=self.config.n_threads or default_threads(),
+            n_gpu_layers=self.config.n_gpu_layers,
+            n_gpu_layers_draft=self.config.n_gpu_layers_draft,
+            llama_version=build_facts().version,
+            extra_buffers=self.target.extra_buffers,
+            workers=[(w.endpoint, w.total_bytes) for w in self.workers],
+        )
+
+    def review_calibration(self) -> str | None:
+        """After a generation: when its rounds contradict the cached calibration, mark it
+        stale (the next run measures again) and say why; None when they agree."""
+        controller, measured = self.controller, self.calibration
+        if not isinstance(controller, AdaptiveController) or measured is None:
+            return None
+        if measured.source != "cache":
+            return None
+        curve = controller.live.verify_curve
+        reason = trust.disagreement(
+            measured.costs, lambda n: (curve.observed(n) or 0.0, curve.count(n))
+        )
+        if reason is not None:
+            calibration.mark_stale(self._calibration_key(), reason)
+        return reason
 
     @property
     def both_on_gpu(self) -> bool:

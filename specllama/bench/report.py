@@ -111,7 +111,10 @@ def report_table(report: dict[str, Any]) -> Table:
         + ("" if settings.get("extra_buffers", True) else " · extra buffers off")
     )
     if report.get("calibration"):
-        table.caption += f"\ncalibration: {report['calibration']['summary']}"
+        measured = report["calibration"]
+        table.caption += f"\ncalibration: {measured['summary']}"
+        if measured.get("status"):
+            table.caption += f"\n  ({measured['status']['describe']})"
     return table
 
 

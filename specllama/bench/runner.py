@@ -207,7 +207,7 @@ class _Runner:
         if config.drafter == "none":
             return NoDrafter(), FixedLength(0)
         if config.drafter == "ngram":
-            drafter = NgramDrafter(ngram_max=8) if config.adaptive else NgramDrafter()
+            drafter = NgramDrafter()
         elif model is None:
             raise UsageError(f"configuration {config.name} needs a draft model")
         elif config.drafter == "model":
@@ -285,7 +285,11 @@ def run_bench(
     )
     if any(c.adaptive for c in configs):
         costs = engine.calibrate()
-        result.calibration = {**costs.as_dict(), "summary": calibration.summary(costs)}
+        result.calibration = {
+            **costs.as_dict(),
+            "summary": calibration.summary(costs),
+            "status": engine.calibration.as_dict(),
+        }
     tokenized = [engine.prompt_tokens(list(p.messages)) for p in prompts]
     total = len(prompts) * repeats * len(configs) + (len(configs) if warmup else 0)
     done = 0

@@ -160,10 +160,13 @@ def run(
         pieces.append(tail)
 
     assert finish is not None  # generate always ends with a FinishEvent
+    stats = finish.stats.as_dict()
+    if engine.calibration is not None:  # which calibration the adaptive controller started from
+        stats["calibration"] = engine.calibration.as_dict()
     if jsonl_out:
-        ui.write_json_line({"type": "stats", "text": "".join(pieces), **finish.stats.as_dict()})
+        ui.write_json_line({"type": "stats", "text": "".join(pieces), **stats})
     elif json_out:
-        print(json.dumps({"text": "".join(pieces), **finish.stats.as_dict()}))
+        print(json.dumps({"text": "".join(pieces), **stats}))
     else:
         ui.write_text(tail + "\n")
         ui.print_summary(finish.stats)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
+from rich.markup import escape
 
 from specllama.cli import catalog_view, ui
 from specllama.cli.catalog_view import ProgressFor, download_progress
@@ -264,11 +265,16 @@ def check_rpc_build() -> None:
 def calibrate_with_notice(engine: Engine) -> None:
     """Measure this machine's costs once per model pair (cached), saying so on stderr."""
     if engine.config.adaptive and not isinstance(engine.drafter, NoDrafter):
-        engine.calibrate(
-            on_measure=lambda: ui.stderr_console().print(
-                "[dim]measuring this machine's decode costs (once per model pair)…[/dim]"
-            )
-        )
+        engine.calibrate(on_measure=_measuring_notice)
+
+
+def _measuring_notice(reason: str) -> None:
+    why = "" if reason == "none cached" else f" ({escape(reason)})"
+    ui.stderr_console().print(
+        f"[dim]measuring this machine's decode costs (once per model pair){why}…[/dim]",
+        markup=True,
+        highlight=False,
+    )
 
 
 def check_max_tokens(max_tokens: int) -> None:

@@ -6,6 +6,14 @@ Measured once per (model files, machine, threads, GPU layers) and cached as JSON
 specllama cache folder (SPECLLAMA_CACHE, else XDG_CACHE_HOME/specllama) in `calibration/`.
 The sizes are interleaved across repeats and the median kept, so a burst of load from other
 programs skews one repeat of every size rather than all repeats of one size.
+
+A measurement is kept only when it can be trusted (`specllama.policy.trust`): repeats agree,
+the curve rises with the batch size, no batch costs more than its tokens decoded one by one, and
+a run of one-token decodes, as generation makes them, takes what verify(1) says. One that fails
+is measured again (up to `ATTEMPTS` times, within `RETRY_WITHIN_S`); if none passes, the run uses
+the last one (its rounds correct it, `specllama.policy.verify_curve`) and nothing is cached. A
+cached calibration that the rounds of a run contradict (`trust.disagreement`) is marked stale,
+and the next run measures again.
 """
 
 from __future__ import annotations
@@ -19,18 +27,23 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from specllama.paths import cache_dir
+from specllama.policy import trust
 from specllama.policy.costs import Costs
 
 VERIFY_SIZES = (1, 2, 3, 4, 5, 6, 8, 12, 17, 25, 33, 49)
 CONTEXT_TOKENS = 64  # evaluated before timing, so the costs are those of a short conversation
 DRAFT_STEPS = 8
 CATCHUP_TOKENS = 32
+RUN_TOKENS = 16  # one-token decodes in a row, as generation makes them
 OVERLAP_BATCH = 5  # a verify of the pending token and 4 drafts, beside 5 draft steps
 FORMAT = 2
+ATTEMPTS = 3  # measurements before giving up on one that passes the checks
+RETRY_WITHIN_S = 15.0  # no new attempt once measuring has taken this long
 
 
 class _Model(Protocol):
@@ -109,25 +122,52 @@ def _key_path(key: dict[str, object]) -> Path:
     return calibration_dir() / f"{digest}.json"
 
 
-def load(key: dict[str, object]) -> Costs | None:
-    path = _key_path(key)
+def _read(key: dict[str, object]) -> dict[str, Any] | None:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(_key_path(key).read_text(encoding="utf-8"))
         if data.get("key") != key:
             return None
-        return Costs.from_dict(data["costs"])
-    except (OSError, ValueError, KeyError, TypeError, AssertionError):
+        Costs.from_dict(data["costs"])
+        return data
+    except (OSError, ValueError, KeyError, TypeError, AssertionError, AttributeError):
         return None  # missing or damaged: measure again
 
 
-def save(key: dict[str, object], costs: Costs) -> Path:
+def load(key: dict[str, object]) -> Costs | None:
+    """The cached costs for `key`; None when none are cached, or they were found stale."""
+    data = _read(key)
+    if data is None or data.get("stale"):
+        return None
+    return Costs.from_dict(data["costs"])
+
+
+def save(key: dict[str, object], costs: Costs, *, seconds: float = 0.0) -> Path:
     path = _key_path(key)
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = {"key": key, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "costs": costs.as_dict()}
+    data = {
+        "key": key,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "measure_s": round(seconds, 2),
+        "costs": costs.as_dict(),
+    }
+    _write(path, data)
+    return path
+
+
+def mark_stale(key: dict[str, object], reason: str) -> None:
+    """The rounds of a run contradicted the cached costs: measure again next time, and say
+    why. A read-only cache stays as it is."""
+    data = _read(key)
+    if data is not None and not data.get("stale"):
+        data["stale"] = reason
+        with contextlib.suppress(OSError):
+            _write(_key_path(key), data)
+
+
+def _write(path: Path, data: dict[str, Any]) -> None:
     partial = path.with_suffix(".partial")
     partial.write_text(json.dumps(data, indent=2), encoding="utf-8")
     partial.replace(path)
-    return path
 
 
 def _tokens(model: _Model, n: int) -> list[int]:
@@ -142,6 +182,19 @@ def _timed(model: _Model, tokens: Sequence[int], logits_at: Sequence[int]) -> fl
     return model.decode_seconds - before
 
 
+@dataclass(frozen=True)
+class Measurement:
+    """Measured costs, and what the checks found wrong with them (nothing: trusted)."""
+
+    costs: Costs
+    problems: tuple[str, ...] = ()
+    seconds: float = 0.0  # how long measuring took
+
+    @property
+    def trusted(self) -> bool:
+        return not self.problems
+
+
 def measure(
     target: _Model,
     draft: _Model | None = None,
@@ -149,12 +202,33 @@ def measure(
     sizes: Sequence[int] = VERIFY_SIZES,
     repeats: int = 3,
     side_by_side: bool = False,
-) -> Costs:
+) -> Measurement:
     """Time the decodes the loop makes, and with `side_by_side` how a verify and draft steps
-    overlap (`measure_overlap`; else the overlap is 1: no gain). Leaves both contexts empty."""
-    sizes = sorted({1, *sizes})
-    need = CONTEXT_TOKENS + max(sizes)
-    tokens = _tokens(target, need)
+    overlap (`measure_overlap`; else the overlap is 1: no gain), then check them. Leaves both
+    contexts empty."""
+    started = time.perf_counter()
+    samples = _time_verifies(target, sorted({1, *sizes}), repeats)
+    run = _time_one_token_run(target)
+    verify = tuple((n, statistics.median(s)) for n, s in samples.items())
+    steps: list[float] = []
+    catchup = 0.0
+    overlap = 1.0
+    if draft is not None:
+        steps, catchup = _time_draft(draft, repeats)
+        if side_by_side:
+            overlap = measure_overlap(target, draft, repeats=repeats)
+    costs = Costs(
+        verify_s=verify,
+        draft_step_s=statistics.median(steps) if steps else 0.0,
+        draft_catchup_s=catchup,
+        overlap=overlap,
+    )
+    found = trust.problems(samples, run, steps)
+    return Measurement(costs, tuple(found), time.perf_counter() - started)
+
+
+def _time_verifies(target: _Model, sizes: list[int], repeats: int) -> dict[int, list[float]]:
+    tokens = _tokens(target, CONTEXT_TOKENS + max(sizes))
     target.rollback(0)
     target.decode(tokens[:CONTEXT_TOKENS])
     samples: dict[int, list[float]] = {n: [] for n in sizes}
@@ -165,34 +239,40 @@ def measure(
             if repeat:
                 samples[n].append(seconds)
     target.rollback(0)
-    verify = tuple((n, statistics.median(samples[n])) for n in sizes)
+    return samples
 
-    step = catchup = 0.0
-    overlap = 1.0
-    if draft is not None:
-        tokens = _tokens(draft, CONTEXT_TOKENS + max(DRAFT_STEPS, CATCHUP_TOKENS))
-        draft.rollback(0)
-        draft.decode(tokens[:CONTEXT_TOKENS])
-        steps: list[float] = []
-        catchups: list[float] = []
-        for repeat in range(repeats + 1):
-            for i in range(DRAFT_STEPS):
-                token = tokens[CONTEXT_TOKENS + i : CONTEXT_TOKENS + i + 1]
-                seconds = _timed(draft, token, [0])
-                if repeat:
-                    steps.append(seconds)
-            draft.rollback(CONTEXT_TOKENS)
-            batch = tokens[CONTEXT_TOKENS : CONTEXT_TOKENS + CATCHUP_TOKENS]
-            seconds = _timed(draft, batch, [len(batch) - 1])
-            draft.rollback(CONTEXT_TOKENS)
+
+def _time_one_token_run(target: _Model) -> list[float]:
+    """RUN_TOKENS one-token decodes, each after the last, as the target alone generates."""
+    tokens = _tokens(target, CONTEXT_TOKENS + RUN_TOKENS)
+    target.rollback(0)
+    target.decode(tokens[:CONTEXT_TOKENS])
+    run = [_timed(target, [token], [0]) for token in tokens[CONTEXT_TOKENS:]]
+    target.rollback(0)
+    return run
+
+
+def _time_draft(draft: _Model, repeats: int) -> tuple[list[float], float]:
+    """One-token draft steps (all repeats), and the catch-up's cost per token (median)."""
+    tokens = _tokens(draft, CONTEXT_TOKENS + max(DRAFT_STEPS, CATCHUP_TOKENS))
+    draft.rollback(0)
+    draft.decode(tokens[:CONTEXT_TOKENS])
+    steps: list[float] = []
+    catchups: list[float] = []
+    for repeat in range(repeats + 1):
+        for i in range(DRAFT_STEPS):
+            token = tokens[CONTEXT_TOKENS + i : CONTEXT_TOKENS + i + 1]
+            seconds = _timed(draft, token, [0])
             if repeat:
-                catchups.append(seconds / len(batch))
-        draft.rollback(0)
-        step = statistics.median(steps)
-        catchup = statistics.median(catchups)
-        if side_by_side:
-            overlap = measure_overlap(target, draft, repeats=repeats)
-    return Costs(verify_s=verify, draft_step_s=step, draft_catchup_s=catchup, overlap=overlap)
+                steps.append(seconds)
+        draft.rollback(CONTEXT_TOKENS)
+        batch = tokens[CONTEXT_TOKENS : CONTEXT_TOKENS + CATCHUP_TOKENS]
+        seconds = _timed(draft, batch, [len(batch) - 1])
+        draft.rollback(CONTEXT_TOKENS)
+        if repeat:
+            catchups.append(seconds / len(batch))
+    draft.rollback(0)
+    return steps, statistics.median(catchups)
 
 
 def measure_overlap(target: _Model, draft: _Model, *, repeats: int = 3) -> float:
@@ -238,24 +318,86 @@ def _wall(work: Callable[[], object]) -> float:
     return time.perf_counter() - started
 
 
+@dataclass(frozen=True)
+class Calibration:
+    """The costs a run starts from, and where they come from (for doctor, bench, --json)."""
+
+    costs: Costs
+    source: str  # "cache" or "measured" (now)
+    trusted: bool = True  # passed the checks (what is cached always did)
+    reason: str = ""  # why it was measured now
+    attempts: int = 0  # measurements made now
+    problems: tuple[str, ...] = ()  # what the checks found in the last attempt
+    seconds: float = 0.0  # time spent measuring now
+    created: str = ""  # when the cached one was measured
+    history: list[str] = field(default_factory=list)  # each failed attempt's problems
+
+    def describe(self) -> str:
+        """One line: which calibration is in use, and whether it was re-measured."""
+        if self.source == "cache":
+            return f"cached, measured {self.created}, checks passed"
+        line = f"measured now ({self.reason}): {self.attempts} attempt(s), {self.seconds:.1f} s"
+        if not self.trusted:
+            return f"{line}; checks failed, not cached: {'; '.join(self.problems)}"
+        return line + (f"; retried after: {self.history[0]}" if self.history else "")
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "source": self.source,
+            "trusted": self.trusted,
+            "reason": self.reason,
+            "attempts": self.attempts,
+            "problems": list(self.problems),
+            "seconds": round(self.seconds, 2),
+            "created": self.created,
+            "describe": self.describe(),
+        }
+
+
 def load_or_measure(
     key: dict[str, object],
     target: _Model,
     draft: _Model | None,
     *,
     refresh: bool = False,
-    on_measure: Callable[[], None] | None = None,
+    on_measure: Callable[[str], None] | None = None,
     side_by_side: bool = False,
-) -> Costs:
-    """The cached costs for `key`, or measure them now (calling `on_measure` first) and cache."""
-    if not refresh and (costs := load(key)) is not None:
-        return costs
+    attempts: int = ATTEMPTS,
+) -> Calibration:
+    """The cached costs for `key`, or measure them now (calling `on_measure` first with the
+    reason), up to
+    `attempts` times until a measurement passes the checks, and cache that one."""
+    cached = None if refresh else _read(key)
+    if cached is not None and not cached.get("stale"):
+        costs = Costs.from_dict(cached["costs"])
+        return Calibration(costs, "cache", created=str(cached.get("created", "")))
+    reason = "asked to" if refresh else "none cached"
+    if cached is not None:
+        reason = f"the cached one was stale: {cached['stale']}"
     if on_measure is not None:
-        on_measure()
-    costs = measure(target, draft, side_by_side=side_by_side)
-    with contextlib.suppress(OSError):  # a read-only cache: measured again next time, no more
-        save(key, costs)
-    return costs
+        on_measure(reason)
+    history: list[str] = []
+    spent = 0.0
+    for _ in range(max(attempts, 1)):
+        measured = measure(target, draft, side_by_side=side_by_side)
+        spent += measured.seconds
+        if measured.trusted:
+            with contextlib.suppress(OSError):  # a read-only cache: measured again next time
+                save(key, measured.costs, seconds=spent)
+            break
+        history.append("; ".join(measured.problems))
+        if spent > RETRY_WITHIN_S:  # a machine that busy stays busy: the rounds will correct
+            break
+    return Calibration(
+        measured.costs,
+        "measured",
+        trusted=measured.trusted,
+        reason=reason,
+        attempts=len(history) + measured.trusted,
+        problems=measured.problems,
+        seconds=spent,
+        history=history,
+    )
 
 
 def cached_calibrations() -> list[dict[str, object]]:
@@ -280,6 +422,8 @@ def cached_calibrations() -> list[dict[str, object]]:
                 "draft": (key.get("draft") or {}).get("path"),
                 "n_threads": key.get("n_threads"),
                 "n_gpu_layers": key.get("n_gpu_layers"),
+                "measure_s": data.get("measure_s"),
+                "stale": data.get("stale"),
                 "costs": costs.as_dict(),
                 "summary": summary(costs),
             }

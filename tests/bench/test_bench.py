@@ -318,7 +318,9 @@ def test_bench_end_to_end_json_follows_the_schema(
     assert all(r["equals_target"] for r in report["runs"])
     model_runs = [r for r in report["runs"] if r["config"] == "model:2"]
     assert sum(r["n_drafted"] for r in model_runs) > 0
-    assert list((tmp_path / "cache" / "calibration").glob("*.json"))  # cached for next time
+    # Cached for next time when it passed the checks (a busy machine fails them: not cached).
+    cached = list((tmp_path / "cache" / "calibration").glob("*.json"))
+    assert bool(cached) == report["calibration"]["status"]["trusted"]
 
 
 @pytest.mark.slow

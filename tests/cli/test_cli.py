@@ -130,11 +130,17 @@ def test_doctor_shows_the_calibration_that_an_adaptive_run_measured(smol_q4, tmp
     assert doctor.exit_code == 0, doctor.output
     assert json.loads(doctor.stdout)["calibrations"] == []
 
-    assert invoke("Say hi.", "--target", smol_q4, "-n", "4", "--adaptive").exit_code == 0
+    run = invoke("Say hi.", "--target", smol_q4, "-n", "4", "--adaptive", "--json")
+    assert run.exit_code == 0, run.output
+    measured = json.loads(run.stdout)["calibration"]
+    assert measured["source"] == "measured" and measured["reason"] == "none cached"
     data = json.loads(CliRunner().invoke(app, ["doctor", "--json"]).stdout)
+    if not measured["trusted"]:  # measured on a busy machine: used, and not kept
+        assert data["calibrations"] == [] and "not cached" in measured["describe"]
+        return
     assert [c["target"] for c in data["calibrations"]] == [str(smol_q4)]
     table = CliRunner().invoke(app, ["doctor"]).stdout
-    assert "calibration" in table and "target 1 token" in table
+    assert "calibration" in table and "target 1 token" in table and "checks passed" in table
 
 
 def test_bad_input_is_refused_before_any_download(tmp_path, monkeypatch):

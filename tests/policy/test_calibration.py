@@ -8,6 +8,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from specllama.policy import calibration
@@ -45,7 +46,9 @@ def cache(tmp_path, monkeypatch) -> Path:
 def test_measure_times_every_verify_size_and_the_draft():
     target = TimedFake(0.010, 0.005)
     draft = TimedFake(0.002, 0.001)
-    costs = calibration.measure(target, draft, sizes=(1, 2, 4, 8), repeats=2)
+    measured = calibration.measure(target, draft, sizes=(1, 2, 4, 8), repeats=2)
+    assert measured.trusted, measured.problems
+    costs = measured.costs
     assert [n for n, _ in costs.verify_s] == [1, 2, 4, 8]
     for n, seconds in costs.verify_s:
         assert seconds == pytest.approx(0.010 + 0.005 * n)
@@ -57,7 +60,7 @@ def test_measure_times_every_verify_size_and_the_draft():
 
 
 def test_measure_without_a_draft_model():
-    costs = calibration.measure(TimedFake(0.01, 0.001), None, sizes=(2, 4), repeats=1)
+    costs = calibration.measure(TimedFake(0.01, 0.001), None, sizes=(2, 4), repeats=1).costs
     assert costs.verify_s[0][0] == 1  # batch 1 is always measured
     assert costs.draft_step_s == 0.0
 
@@ -79,12 +82,12 @@ def test_costs_are_cached_per_model_file_and_settings(tmp_path, cache):
             key,
             TimedFake(0.01, 0.002),
             TimedFake(0.002, 0.001),
-            on_measure=lambda: measured.append(1),
-        )
+            on_measure=measured.append,
+        ).costs
 
     first = measure_once()
     second = measure_once()
-    assert measured == [1]  # the second call read the cache
+    assert measured == ["none cached"]  # the second call read the cache
     assert [s for _, s in second.verify_s] == pytest.approx([s for _, s in first.verify_s])
     assert len(list((cache / "calibration").glob("*.json"))) == 1
 
@@ -151,10 +154,104 @@ class SleepingFake(TimedFake):
 def test_overlap_is_measured_side_by_side(shared, expected):
     lock = threading.Lock() if shared else None
     target, draft = SleepingFake(0.010, 0.002, lock), SleepingFake(0.002, 0.0005, lock)
-    costs = calibration.measure(target, draft, sizes=(1, 5), repeats=2, side_by_side=True)
+    costs = calibration.measure(target, draft, sizes=(1, 5), repeats=2, side_by_side=True).costs
     assert costs.overlap == pytest.approx(expected, abs=0.35)
     assert target.tokens == [] and draft.tokens == []
 
 
 def test_overlap_of_decodes_that_take_no_time_is_taken_as_no_gain():
     assert calibration.measure_overlap(TimedFake(0.01, 0.0), TimedFake(0.01, 0.0)) == 1.0
+
+
+# -- trusted or not -------------------------------------------------------------------------
+
+
+class BusyFake(TimedFake):
+    """A machine another program keeps busy for its first `busy_decodes` decodes: each takes
+    1x to 4x as long, at random."""
+
+    def __init__(self, base, per_token, busy_decodes, seed=0):
+        super().__init__(base, per_token)
+        self.busy_decodes = busy_decodes
+        self.rng = np.random.default_rng(seed)
+
+    def decode(self, tokens, logits_at=()):
+        before = self.decode_seconds
+        super().decode(tokens, logits_at)
+        if len(self.batches) <= self.busy_decodes:
+            self.decode_seconds = before + (self.decode_seconds - before) * self.rng.uniform(1, 4)
+
+
+def test_a_measurement_on_a_busy_machine_fails_the_checks():
+    measured = calibration.measure(BusyFake(0.01, 0.005, busy_decodes=10**6), None)
+    assert not measured.trusted
+    assert any("spread" in p for p in measured.problems)
+
+
+@pytest.mark.parametrize(
+    ("verify", "run", "expected"),
+    [
+        ({1: [0.03] * 3, 2: [0.05] * 3, 4: [0.07] * 3}, [0.03] * 16, []),
+        (
+            {1: [0.03] * 3, 4: [0.10] * 3, 8: [0.06] * 3},
+            [0.03] * 16,
+            ["verify(8) 60.0 ms < verify(4)"],
+        ),
+        ({1: [0.03] * 3, 2: [0.09] * 3}, [0.03] * 16, ["verify(2) costs 3.0 one-token decodes"]),
+        ({1: [0.03] * 3, 2: [0.05] * 3}, [0.05] * 16, ["one-token decodes in a row take 50.0 ms"]),
+        ({1: [0.03, 0.03, 0.05], 2: [0.05] * 3}, [0.03] * 16, ["verify(1) repeats spread 67%"]),
+    ],
+)
+def test_each_check_names_what_is_wrong(verify, run, expected):
+    found = calibration.trust.problems(verify, run)
+    assert len(found) == len(expected)
+    for problem, start in zip(found, expected):
+        assert problem.startswith(start)
+
+
+def test_a_failed_measurement_is_measured_again_and_only_a_good_one_is_cached(tmp_path, cache):
+    target, _ = models(tmp_path)
+    key = calibration.calibration_key(target, None, n_threads=2)
+    # Busy for the first measurement only (it decodes ~70 times).
+    used = calibration.load_or_measure(key, BusyFake(0.01, 0.005, busy_decodes=70), None)
+    assert used.source == "measured" and used.trusted and used.attempts == 2
+    assert used.history and "spread" in used.history[0]
+    assert calibration.load(key) is not None
+    assert calibration.load_or_measure(key, TimedFake(0.01, 0.005), None).source == "cache"
+
+
+def test_a_measurement_that_never_passes_is_used_but_not_cached(tmp_path, cache):
+    target, _ = models(tmp_path)
+    key = calibration.calibration_key(target, None, n_threads=2)
+    used = calibration.load_or_measure(key, BusyFake(0.01, 0.005, busy_decodes=10**6), None)
+    assert not used.trusted and used.attempts == calibration.ATTEMPTS
+    assert "checks failed, not cached" in used.describe()
+    assert calibration.load(key) is None
+
+
+def test_a_calibration_the_rounds_contradict_is_stale_and_measured_again(tmp_path, cache):
+    target, _ = models(tmp_path)
+    key = calibration.calibration_key(target, None, n_threads=2)
+    costs = Costs(verify_s=((1, 0.079), (2, 0.183), (8, 0.177)))  # taken on a busy machine
+    calibration.save(key, costs)
+    rounds = {1: (0.028, 40), 2: (0.05, 3)}  # what the run's verifies took, and how many
+    reason = calibration.trust.disagreement(costs, lambda n: rounds.get(n, (0.0, 0)))
+    assert reason == "40 rounds took 28.0 ms to verify 1 token(s), the calibration says 79.0 ms"
+    calibration.mark_stale(key, reason)
+    assert calibration.load(key) is None
+    [entry] = calibration.cached_calibrations()
+    assert entry["stale"] == reason
+    notices = []
+    used = calibration.load_or_measure(
+        key, TimedFake(0.028, 0.004), None, on_measure=notices.append
+    )
+    assert used.source == "measured" and notices == [f"the cached one was stale: {reason}"]
+    assert calibration.load(key).verify(1) == pytest.approx(used.costs.verify(1))
+
+
+def test_rounds_that_agree_or_are_too_few_contradict_nothing():
+    costs = Costs(verify_s=((1, 0.03), (8, 0.12)))
+    assert (
+        calibration.trust.disagreement(costs, lambda n: (0.032, 100) if n == 1 else (0, 0)) is None
+    )
+    assert calibration.trust.disagreement(costs, lambda n: (0.09, 5) if n == 1 else (0, 0)) is None
