@@ -43,3 +43,22 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
     if not HAS_RPC:  # said again at the end, where it is seen
         terminalreporter.write_line(NO_RPC, red=True, bold=True)
+
+
+@pytest.fixture
+def bare_machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A machine with no model stores: HOME in tmp_path, every store variable unset (tests set
+    those they need), specllama's cache there too. Returns HOME."""
+    from specllama.models import ollama
+
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    for var in (
+        "OLLAMA_MODELS", "LMSTUDIO_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HOME",
+        "LLAMA_CACHE", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "SPECLLAMA_CATALOG",
+    ):  # fmt: skip
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("SPECLLAMA_CACHE", str(tmp_path / "specllama-cache"))
+    monkeypatch.setattr(ollama, "SERVICE_STORE", tmp_path / "no-service-store")
+    return home
