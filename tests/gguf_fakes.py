@@ -39,13 +39,14 @@ def write_gguf(
     bos: int | None = 1,
     eos: int | None = 2,
     add_bos: bool | None = False,
+    token_types: bool = True,
     before_tokens: dict[str, int] | None = None,
     after_tokens: dict[str, int] | None = None,
     tensors: dict[str, tuple[int, ...]] | None = None,
     extra: dict[str, object] | None = None,
 ) -> Path:
     """A GGUF file: general keys, then `before_tokens` (uint32 keys), the tokenizer model, the
-    tokens, `after_tokens`, the merges, then the special ids; tensors of zeros."""
+    tokens, their types, `after_tokens`, the merges, then the special ids; tensors of zeros."""
     writer = gguf.GGUFWriter(path, arch)
     writer.add_name("test model")
     writer.add_context_length(256)
@@ -58,6 +59,8 @@ def write_gguf(
         writer.add_uint32(key, value)
     writer.add_tokenizer_model(tokenizer)
     writer.add_token_list(list(tokens))
+    if token_types:  # as converters write them, right after the tokens
+        writer.add_token_types([1] * len(tokens))
     for key, value in (after_tokens or {}).items():
         writer.add_uint32(key, value)
     if merges is not None:

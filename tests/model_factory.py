@@ -29,9 +29,12 @@ SMOLLM2_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db
 CHANGED_TOKEN_ID = 1000
 
 
+# Fixed at import: tests that move HOME (to fake a machine's stores) must not move the models.
+_DEFAULT_CACHE = Path.home() / ".cache" / "specllama-tests"
+
+
 def cache_dir() -> Path:
-    default = Path.home() / ".cache" / "specllama-tests"
-    path = Path(os.environ.get("SPECLLAMA_TEST_MODELS", default))
+    path = Path(os.environ.get("SPECLLAMA_TEST_MODELS", _DEFAULT_CACHE))
     path.mkdir(parents=True, exist_ok=True)
     return path
 

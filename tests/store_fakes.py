@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 from pathlib import Path
 
 import model_factory
@@ -18,14 +17,16 @@ OLLAMA_MODEL = "application/vnd.ollama.image.model"
 
 
 def place(src: Path, dst: Path) -> Path:
-    """`dst` holds the file `src`: a hard link where the file system allows, else a copy."""
+    """`dst` holds the file `src`: a hard link where the file system allows, else a symbolic
+    link (either way the same file: nothing large is copied, and a store that holds it twice
+    holds one model)."""
     dst.parent.mkdir(parents=True, exist_ok=True)
     if dst.exists() and dst.samefile(src):
         return dst
     try:
         os.link(src, dst)
     except OSError:
-        shutil.copyfile(src, dst)
+        dst.symlink_to(src)
     return dst
 
 
@@ -102,3 +103,50 @@ def snapshot(root: Path) -> dict[str, tuple[int, int, bool]]:
             st = path.lstat()
             entries[str(path.relative_to(root))] = (st.st_size, st.st_mtime_ns, path.is_symlink())
     return entries
+
+
+def stock_machine(home: Path, tmp_path: Path, models: dict[str, Path]) -> dict[str, str]:
+    """Every store at once, each model file in one store: Ollama (Q4_1 and F32 SmolLM2, a
+    dangling digest, a model layer that is no GGUF), LM Studio through its home pointer and a
+    settings.json pointing elsewhere (the 4-layer draft, and a projector), the Hugging Face
+    cache (the 2-layer draft), llama.cpp's flat cache (the changed vocabulary and a truncated
+    file), and a folder of the user's (a text file named .gguf). Returns role -> ref."""
+    ollama = home / ".ollama" / "models"
+    ollama_model(ollama, "smollm2", "135m-q4", models["q4"])
+    ollama_model(ollama, "smollm2", "135m-f32", models["f32"])
+    ollama_model(ollama, "broken", "latest", None, digest="cd" * 32)
+    text = ollama / "blobs" / ("sha256-" + hashlib.sha256(b"not weights").hexdigest())
+    text.parent.mkdir(parents=True, exist_ok=True)
+    text.write_bytes(b"not weights")
+    notgguf = ollama_model(ollama, "notgguf", "latest", None, digest=text.name[7:])
+
+    lm_home = tmp_path / "lm-home"
+    lm_home.mkdir()
+    (home / ".lmstudio-home-pointer").write_text(str(lm_home))
+    lm_models = tmp_path / "lm-models"
+    (lm_home / "settings.json").write_text(json.dumps({"downloadsFolder": str(lm_models)}))
+    lmstudio_model(lm_models, "bartowski", "SmolLM2-GGUF", models["draft4"], "SmolLM2-4L.gguf")
+    (lm_models / "bartowski" / "SmolLM2-GGUF" / "mmproj-SmolLM2.gguf").write_bytes(b"GGUF")
+
+    hf = home / ".cache" / "huggingface" / "hub"
+    hf_model(hf, "HuggingFaceTB/SmolLM2-2L-GGUF", "smollm2-2l.gguf", models["draft2"])
+
+    flat = home / ".cache" / "llama.cpp"
+    changed = place(models["bad_vocab"], flat / "test_changed_vocab.gguf")
+    cut = flat / "test_cut.gguf"
+    with open(models["q4"], "rb") as f:
+        cut.write_bytes(f.read(100_000))
+
+    mine = tmp_path / "my-models"
+    mine.mkdir()
+    (mine / "notes.gguf").write_text("a text file, not a model")
+    return {
+        "q4": "ollama:smollm2:135m-q4",
+        "f32": "ollama:smollm2:135m-f32",
+        "draft4": "lmstudio:bartowski/SmolLM2-GGUF",
+        "draft2": "hf:HuggingFaceTB/SmolLM2-2L-GGUF/smollm2-2l.gguf",
+        "bad_vocab": str(changed),
+        "cut": str(cut),
+        "notgguf": str(notgguf),
+        "mine": str(mine),
+    }

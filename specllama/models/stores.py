@@ -91,7 +91,7 @@ def folder_models(folders: Iterable[Path]) -> Findings:
 
 def find_all(folders: Iterable[Path] = (), *, catalog: Catalog | None = None) -> Findings:
     """Every store, in the order of STORES; a file found twice (a folder inside a store, a
-    link) is kept once, where it was found first."""
+    link, a hard link) is kept once, where it was found first."""
     everything = Findings()
     listers: list[Callable[[], Findings]] = [
         ollama.find_models,
@@ -103,12 +103,15 @@ def find_all(folders: Iterable[Path] = (), *, catalog: Catalog | None = None) ->
     ]
     for lister in listers:
         everything.extend(lister())
-    seen: set[Path] = set()
+    seen: set[tuple[int, int]] = set()
     unique = []
     for found in everything.found:
-        real = found.path.resolve()
-        if real not in seen:
-            seen.add(real)
+        try:
+            st = os.stat(found.path)
+        except OSError:
+            continue  # gone since it was listed
+        if (st.st_dev, st.st_ino) not in seen:
+            seen.add((st.st_dev, st.st_ino))
             unique.append(found)
     return Findings(unique, everything.problems)
 

@@ -121,6 +121,7 @@ def test_searching_for_the_end_of_an_array_never_changes_what_is_read(
         kwargs["merges"] = ["tokenizer.ggml.eos_token_id", *merges_for(tokens)]
     elif case == "another key between tokens and merges":
         kwargs["after_tokens"] = {"general.quantization_version": 2}
+        kwargs["token_types"] = False  # so that the merges are the next tokenizer key
     else:
         kwargs = {"merges": None, "bos": None, "eos": None, "add_bos": None}
     path = write_gguf(tmp_path / "m.gguf", tokens, **kwargs)

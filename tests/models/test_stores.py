@@ -137,7 +137,7 @@ def test_a_manifest_list_names_the_model_of_a_child(bare_machine, smol_q4):
 
 
 @pytest.fixture
-def lmstudio_elsewhere(bare_machine, tmp_path, smol_q4, smol_draft):
+def lmstudio_elsewhere(bare_machine, tmp_path, smol_q4, smol_draft, smol_bad_vocab):
     """LM Studio's home named by the pointer file, its models moved by settings.json."""
     home = tmp_path / "lm-home"
     home.mkdir()
@@ -146,7 +146,7 @@ def lmstudio_elsewhere(bare_machine, tmp_path, smol_q4, smol_draft):
     (home / "settings.json").write_text(json.dumps({"downloadsFolder": str(models)}))
     lmstudio_model(models, "bartowski", "SmolLM2-GGUF", smol_q4, "SmolLM2-Q4_1.gguf")
     lmstudio_model(models, "bartowski", "SmolLM2-GGUF", smol_draft, "SmolLM2-4layers.gguf")
-    lmstudio_model(models, "HuggingFaceTB", "Tiny", smol_q4, "tiny.gguf")
+    lmstudio_model(models, "HuggingFaceTB", "Tiny", smol_bad_vocab, "tiny.gguf")
     (models / "HuggingFaceTB" / "Tiny" / "mmproj-tiny.gguf").write_bytes(b"GGUF")
     return models
 
@@ -210,9 +210,14 @@ def test_llama_cpp_flat_cache_default_and_override(bare_machine, tmp_path, monke
 
 
 @pytest.mark.slow
-def test_a_file_in_two_stores_is_listed_once(lmstudio_elsewhere):
-    found = stores.find_all([lmstudio_elsewhere])
-    assert sorted(f.store for f in found.found) == ["lmstudio"] * 3
+def test_a_file_in_two_stores_is_listed_once(lmstudio_elsewhere, ollama_store, tmp_path, smol_q4):
+    place(smol_q4, tmp_path / "mine" / "same-file-again.gguf")
+    found = stores.find_all([lmstudio_elsewhere, tmp_path / "mine"])
+    # Ollama's two models, then of LM Studio's three the one Ollama does not hold (its Q4_1
+    # and 4-layer files are Ollama's blobs, linked), and nothing from the folders.
+    assert [f.ref for f in found.found] == [
+        "ollama:smollm2:135m", "ollama:smollm2:4layers", "lmstudio:HuggingFaceTB/Tiny"
+    ]  # fmt: skip
 
 
 @pytest.mark.slow
