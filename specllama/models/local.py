@@ -80,7 +80,7 @@ def scan(
         try:
             models.append(read_model(found, cache))
         except ModelLoadError as exc:
-            problems.append(Problem(found.ref, str(exc)))
+            problems.append(Problem(found.ref, _without_path(str(exc), found.path)))
     cache.save()
     return LocalScan(models, problems, cache)
 
@@ -97,6 +97,14 @@ def read_model(found: Found, cache: HeaderCache) -> LocalModel:
         )
         size = sum(os.stat(part).st_size for part in found.parts)
     return LocalModel(found, header, size)
+
+
+def _without_path(message: str, path: Path) -> str:
+    """ "cannot read the GGUF header of PATH: why" -> "cannot read the GGUF header: why": the
+    problem line names the model already."""
+    for shown in (os.path.realpath(path), str(path)):
+        message = message.replace(f" of {shown}:", ":").replace(f"{shown}: ", "")
+    return message
 
 
 def model_at(path: Path, cache: HeaderCache | None = None) -> LocalModel:

@@ -3,7 +3,9 @@ applies (`compat`), and draft/target pairs proposed and ranked.
 
 A pair is proposed when the draft's vocabulary is compatible with the target's, the draft is
 at least MIN_SIZE_RATIO times smaller on disk (a decode reads every weight once, so file size
-is what a draft step costs next to a target token), and both fit this machine together
+is what a draft step costs next to a target token; the reference pair, Qwen2.5-Coder 0.5B for
+1.5B in Q4_K_M, is 2.3x, and a draft closer to its target's cost cannot pay for the rounds it
+loses), and both fit this machine together
 (`hardware.fits`, the fit check of the catalogue). Without measurements the ranking is a rule of
 thumb: where the pair runs (GPU first), then drafts of the target's own family (the same
 general.basename, else architecture) before others, then the cheaper draft. With measurements
@@ -12,19 +14,24 @@ general.basename, else architecture) before others, then the cheaper draft. With
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import os
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
+from specllama.errors import LocalModelError
 from specllama.llama.vocab import MAX_VOCAB_SIZE_DIFFERENCE, VOCAB_TYPE_NAMES
+from specllama.models import local
 from specllama.models.compat import vocab_difference
 from specllama.models.hardware import FIT_CPU, FIT_GPU, FIT_NO, FIT_SPLIT, Fit, Machine, fits
-from specllama.models.local import LocalModel
+from specllama.models.local import LocalModel, LocalScan
 
-MIN_SIZE_RATIO = 3.0
+MIN_SIZE_RATIO = 2.0
 _FIT_RANK = {FIT_GPU: 0, FIT_SPLIT: 1, FIT_CPU: 2}
 
 Detailed = Callable[[LocalModel], LocalModel]  # the model with its vocabulary print's detail
-Measured = Mapping[tuple[str, str], float]  # (target path, draft path) -> measured speedup
+# (target, draft) -> the speedup measured on this machine, None when it was not measured
+Measured = Callable[[LocalModel, LocalModel], float | None]
 
 
 @dataclass(frozen=True)
@@ -122,7 +129,7 @@ def best_draft(
     have a compatible vocabulary at all."""
     pairs, compatible = [], 0
     for draft in candidates:
-        if draft.path.resolve() == target.path.resolve() or not _may_match(draft, target):
+        if _same_file(draft.path, [target]) or not _may_match(draft, target):
             continue
         if difference(draft, target, detailed) is not None:
             continue
@@ -158,7 +165,7 @@ def _pair(
     if fit.verdict == FIT_NO:
         return None
     same = draft.family is not None and draft.family == target.family
-    speedup = (measured or {}).get((str(target.path), str(draft.path)))
+    speedup = measured(target, draft) if measured else None
     return LocalPair(target, draft, fit, same, speedup)
 
 
@@ -170,3 +177,47 @@ def _may_match(a: LocalModel, b: LocalModel) -> bool:
         and vb is not None
         and abs(va.n_vocab - vb.n_vocab) <= (MAX_VOCAB_SIZE_DIFFERENCE)
     )
+
+
+def auto_draft(
+    target: Path,
+    machine: Machine,
+    offload: bool,
+    measured: Measured | None = None,
+    found: LocalScan | None = None,
+) -> LocalPair:
+    """--draft auto: the best draft on this machine for the target file, or LocalModelError
+    saying why there is none."""
+    found = found or local.scan()
+    model = _same_file(target, found.models) or local.model_at(target, found.cache)
+    pair, compatible = best_draft(model, found.models, machine, offload, found.detailed, measured)
+    if pair is not None:
+        return pair
+    n = len(found.models)
+    if compatible == 0:
+        raise LocalModelError(
+            f"--draft auto: none of the {n} models on this machine has a vocabulary "
+            f"compatible with {model.label}",
+            hint="`specllama models --local` lists them; a draft must come from the same "
+            "model family",
+        )
+    raise LocalModelError(
+        f"--draft auto: {compatible} models could draft for {model.label}, but none is "
+        f"{MIN_SIZE_RATIO:g}x smaller and fits this machine beside it",
+        hint="give a --draft, or use --drafter ngram",
+    )
+
+
+def _same_file(path: Path, models: list[LocalModel]) -> LocalModel | None:
+    try:
+        wanted = os.stat(path)
+    except OSError:
+        return None
+    for model in models:
+        try:
+            st = os.stat(model.path)
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) == (wanted.st_dev, wanted.st_ino):
+            return model
+    return None
