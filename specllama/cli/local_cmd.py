@@ -11,6 +11,7 @@ from rich.text import Text
 
 from specllama.bench import pair_probe
 from specllama.cli import catalog_view, local_view, ui
+from specllama.errors import SpecllamaError
 from specllama.llama.backend import build_facts
 from specllama.models import local, local_dirs, local_pairs
 from specllama.models.catalog import load_catalog
@@ -59,6 +60,7 @@ def show_local(
         _measure_all(pairs, settings)
         pairs = local_pairs.propose_pairs(usable, machine, offload, found.detailed, measured)
     groups = local_pairs.vocab_groups(usable, found.detailed)
+    found.cache.save()  # details read for vocabularies of other sizes
     if json_out:
         print(json.dumps(local_view.local_json(groups, pairs, problems), indent=2))
     elif not found.models and not problems:
@@ -87,7 +89,11 @@ def _measure_all(pairs: list[local_pairs.LocalPair], settings: pair_probe.ProbeS
         def say(what: str = what, i: int = i) -> None:
             console.print(f"[dim]measuring {i}/{len(pairs)}: {escape(what)}…[/dim]")
 
-        result = pair_probe.measure(pair.target.path, pair.draft.path, settings, on_measure=say)
+        try:
+            result = pair_probe.measure(pair.target.path, pair.draft.path, settings, on_measure=say)
+        except SpecllamaError as exc:  # one pair llama.cpp cannot run: say so, go on
+            console.print(f"[yellow]{escape(what)}: {escape(str(exc))}[/yellow]")
+            continue
         console.print(
             f"[dim]{escape(what)}: {result.speedup:.2f}x expected (acceptance "
             f"{result.acceptance:.0%}, {result.best_k} drafts a round)[/dim]"
@@ -98,9 +104,9 @@ def auto_draft(target: Path, threads: int | None = None) -> Path:
     """--draft auto: the best draft found on this machine for `target`, said on stderr."""
     settings = probe_settings(threads)
     with ui.stderr_console().status("looking for a draft model…"):
-        pair = local_pairs.auto_draft(
-            target, probe_machine(), build_facts().gpu_offload, _measured_lookup(settings)
-        )
+        found = local.scan(catalog=load_catalog())
+        machine, offload = probe_machine(), build_facts().gpu_offload
+        pair = local_pairs.auto_draft(target, machine, offload, _measured_lookup(settings), found)
     why = f"measured {pair.speedup:.2f}x" if pair.speedup is not None else "by the rule of thumb"
     ui.stderr_console().print(
         f"[dim]--draft auto: {escape(pair.draft.ref)} "

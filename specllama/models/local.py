@@ -59,8 +59,7 @@ class LocalScan:
         printed = model.header.vocab_print
         if printed is None or printed.detail is not None:
             return model
-        header = self.cache.header(model.path, detail=True)
-        self.cache.save()
+        header = self.cache.header(model.path, detail=True)  # saved with the cache's next save
         return replace(model, header=replace(model.header, vocab_print=header.vocab_print))
 
 
@@ -100,10 +99,10 @@ def read_model(found: Found, cache: HeaderCache) -> LocalModel:
 
 
 def _without_path(message: str, path: Path) -> str:
-    """ "cannot read the GGUF header of PATH: why" -> "cannot read the GGUF header: why": the
-    problem line names the model already."""
+    """'cannot read the GGUF header of PATH: why' -> 'cannot read the GGUF header: why', and
+    other mentions of the path -> its file name: the problem line names the model already."""
     for shown in (os.path.realpath(path), str(path)):
-        message = message.replace(f" of {shown}:", ":").replace(f"{shown}: ", "")
+        message = message.replace(f" of {shown}:", ":").replace(shown, Path(shown).name)
     return message
 
 

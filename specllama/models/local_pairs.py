@@ -191,6 +191,7 @@ def auto_draft(
     found = found or local.scan()
     model = _same_file(target, found.models) or local.model_at(target, found.cache)
     pair, compatible = best_draft(model, found.models, machine, offload, found.detailed, measured)
+    found.cache.save()  # details read for vocabularies of other sizes
     if pair is not None:
         return pair
     n = len(found.models)

@@ -106,23 +106,24 @@ def find_models() -> Findings:
 def resolve(ref: str) -> Path:
     """`ollama:NAME[:TAG]` -> the GGUF blob; LocalModelError naming what is there instead."""
     wanted = OllamaName.parse(ref.removeprefix("ollama:"))
-    known: dict[str, Found | Problem] = {}
+    known: list[str] = []
     for store in stores():
         for name, manifest in _manifests(store):
+            if name.key != wanted.key:
+                known.append(str(name))
+                continue
             item = _model_of(store, name, manifest)
-            if name.key == wanted.key:
-                if isinstance(item, Problem):
-                    raise LocalModelError(f"{ref}: {item.reason}", hint=f"see {item.where}")
-                return item.path
-            known.setdefault(str(name), item)
+            if isinstance(item, Problem):
+                raise LocalModelError(f"{ref}: {item.reason}", hint=f"see {item.where}")
+            return item.path
     raise LocalModelError(f"no Ollama model {wanted} on this machine", hint=_suggest(wanted, known))
 
 
-def _suggest(wanted: OllamaName, known: dict[str, object]) -> str:
+def _suggest(wanted: OllamaName, known: list[str]) -> str:
     if not known:
         where = ", ".join(str(s) for s in stores()) or "~/.ollama/models (or $OLLAMA_MODELS)"
         return f"no Ollama models found in {where}"
-    close = difflib.get_close_matches(str(wanted), list(known), n=3, cutoff=0.4)
+    close = difflib.get_close_matches(str(wanted), known, n=3, cutoff=0.4)
     names = close or sorted(known)[:5]
     return ("did you mean " if close else "found: ") + ", ".join(f"ollama:{n}" for n in names)
 

@@ -148,3 +148,14 @@ def test_listing_and_running_write_nothing_into_other_tools_stores(stocked_machi
     run_json("--target", stocked_machine["f32"], "--draft", "auto")
     assert [snapshot(s) for s in stores] == before
     assert ollama.stores() == [Path.home() / ".ollama" / "models"]
+
+
+def test_serve_names_a_model_of_another_tool_by_its_name_there(tmp_path):
+    from specllama.cli.options import served_name
+
+    blob = tmp_path / "sha256-0123"
+    assert served_name("ollama:qwen2.5-coder:1.5b", blob) == "qwen2.5-coder:1.5b"
+    assert (
+        served_name("lmstudio:bartowski/Qwen-GGUF/q4.gguf", blob) == "bartowski/Qwen-GGUF/q4.gguf"
+    )
+    assert served_name(str(tmp_path / "m.gguf"), tmp_path / "m.gguf") == "m.gguf"

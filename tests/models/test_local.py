@@ -133,3 +133,20 @@ def test_saved_folders_are_scanned_and_can_be_forgotten(bare_machine, tmp_path):
     assert [m.path.name for m in local.scan().models] == ["m.gguf"]
     local_dirs.remove_dir(folder)
     assert local.scan().models == []
+
+
+def test_a_file_that_cannot_be_read_now_is_a_line_and_is_not_remembered(
+    bare_machine, tmp_path, monkeypatch
+):
+    folder = tmp_path / "locked"
+    folder.mkdir()
+    locked = write_gguf(folder / "locked.gguf", vocab(50))
+    real_access = os.access
+    monkeypatch.setattr(  # as for a file of another user (root reads everything)
+        os, "access", lambda p, mode: False if str(p) == str(locked) else real_access(p, mode)
+    )
+    scan = local.scan([folder])
+    assert scan.models == []
+    assert [p.reason for p in scan.problems] == ["cannot read locked.gguf: permission denied"]
+    monkeypatch.setattr(os, "access", real_access)
+    assert [m.path for m in local.scan([folder]).models] == [locked]
