@@ -46,3 +46,8 @@ class DownloadError(SpecllamaError):
 class RpcError(SpecllamaError):
     """A worker given with --rpc cannot be reached, refuses the handshake, or was lost; or this
     llama.cpp build has no RPC backend."""
+
+
+class LocalModelError(SpecllamaError):
+    """A model already on this machine cannot be used: an unknown `ollama:` or `lmstudio:`
+    name, no draft found for --draft auto, or a bad setting of extra model folders."""

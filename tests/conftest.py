@@ -27,6 +27,12 @@ def smol_draft() -> Path:
 
 
 @pytest.fixture(scope="session")
+def smol_2layers() -> Path:
+    """The first 2 layers of the F32 model."""
+    return model_factory.smollm2_f32_layers(2)
+
+
+@pytest.fixture(scope="session")
 def smol_bad_vocab() -> Path:
     """A 2-layer copy whose token model_factory.CHANGED_TOKEN_ID has different text."""
     return model_factory.smollm2_changed_vocab()
@@ -43,3 +49,39 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
     if not HAS_RPC:  # said again at the end, where it is seen
         terminalreporter.write_line(NO_RPC, red=True, bold=True)
+
+
+@pytest.fixture
+def bare_machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A machine with no model stores: HOME in tmp_path, every store variable unset (tests set
+    those they need), specllama's cache there too. Returns HOME."""
+    from specllama.models import ollama
+
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    for var in (
+        "OLLAMA_MODELS", "LMSTUDIO_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HOME",
+        "LLAMA_CACHE", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "SPECLLAMA_CATALOG",
+    ):  # fmt: skip
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("SPECLLAMA_CACHE", str(tmp_path / "specllama-cache"))
+    monkeypatch.setattr(ollama, "SERVICE_STORE", tmp_path / "no-service-store")
+    return home
+
+
+@pytest.fixture
+def stocked_machine(
+    bare_machine, tmp_path, smol_q4, smol_f32, smol_draft, smol_2layers, smol_bad_vocab
+):
+    """`bare_machine` with every store stocked (`store_fakes.stock_machine`): role -> ref."""
+    from store_fakes import stock_machine
+
+    models = {
+        "q4": smol_q4,
+        "f32": smol_f32,
+        "draft4": smol_draft,
+        "draft2": smol_2layers,
+        "bad_vocab": smol_bad_vocab,
+    }
+    return stock_machine(bare_machine, tmp_path, models)

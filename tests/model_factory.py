@@ -13,6 +13,7 @@ Everything is built once into a cache folder (SPECLLAMA_TEST_MODELS, default
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -28,9 +29,12 @@ SMOLLM2_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db
 CHANGED_TOKEN_ID = 1000
 
 
+# Fixed at import: tests that move HOME (to fake a machine's stores) must not move the models.
+_DEFAULT_CACHE = Path.home() / ".cache" / "specllama-tests"
+
+
 def cache_dir() -> Path:
-    default = Path.home() / ".cache" / "specllama-tests"
-    path = Path(os.environ.get("SPECLLAMA_TEST_MODELS", default))
+    path = Path(os.environ.get("SPECLLAMA_TEST_MODELS", _DEFAULT_CACHE))
     path.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -62,6 +66,26 @@ def smollm2_changed_vocab() -> Path:
             smollm2_f32_layers(2), dst, token_overrides={CHANGED_TOKEN_ID: "<specllama-test>"}
         ),
     )
+
+
+def sha256_of(path: Path) -> str:
+    """The sha256 of a cached model, remembered beside it (fake Ollama stores name blobs by
+    it, as Ollama does)."""
+    if path.name == "SmolLM2-135M-Instruct.Q4_1.gguf":
+        return SMOLLM2_SHA256
+    sidecar = path.with_name(path.name + ".sha256")
+    st = path.stat()
+    stamp = f"{st.st_size} {st.st_mtime_ns}"
+    if sidecar.exists():
+        digest, _, recorded = sidecar.read_text().partition(" ")
+        if recorded.strip() == stamp:
+            return digest
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 24):
+            digest.update(chunk)
+    sidecar.write_text(f"{digest.hexdigest()} {stamp}\n")
+    return digest.hexdigest()
 
 
 def _derived(name: str, build: Callable[[Path], None]) -> Path:

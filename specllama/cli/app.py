@@ -12,12 +12,14 @@ from typing import Annotated
 import typer
 
 from specllama.chat import Message
-from specllama.cli import catalog_view, ui
+from specllama.cli import catalog_view, local_cmd, ui
 from specllama.cli.catalog_view import download_progress
 from specllama.cli.options import (
     Adaptive,
+    AddDirs,
     Configs,
     Ctx,
+    Dirs,
     Draft,
     DrafterOpt,
     DraftMax,
@@ -26,13 +28,16 @@ from specllama.cli.options import (
     GpuLayersDraft,
     JsonlOut,
     JsonOut,
+    LocalOpt,
     MaxTokens,
+    Measure,
     MinP,
     NoColor,
     NoTemplate,
     PairOpt,
     PromptsFile,
     Record,
+    RemoveDirs,
     Rpc,
     Seed,
     System,
@@ -48,6 +53,7 @@ from specllama.cli.options import (
     fetch_model,
     friendly_errors,
     read_prompt,
+    served_name,
     workers_option,
 )
 from specllama.engine.events import FinishEvent, TokenEvent
@@ -236,9 +242,25 @@ def chat(
 
 @app.command()
 @friendly_errors
-def models(json_out: JsonOut = False, rpc: Rpc = None) -> None:
+def models(
+    json_out: JsonOut = False,
+    rpc: Rpc = None,
+    local: LocalOpt = False,
+    dirs: Dirs = None,
+    add_dirs: AddDirs = None,
+    remove_dirs: RemoveDirs = None,
+    measure: Measure = False,
+) -> None:
     """The catalogue of draft/target pairs: sizes, what is downloaded, what fits this machine
-    (with --rpc: the target on those workers, the draft here)."""
+    (with --rpc: the target on those workers, the draft here). With --local: the models
+    already on this machine, and the pairs among them."""
+    if local or dirs or add_dirs or remove_dirs or measure:
+        if rpc:
+            raise UsageError("--rpc does not go with --local", hint="list the catalogue with --rpc")
+        local_cmd.show_local(
+            dirs or [], add_dirs or [], remove_dirs or [], measure=measure, json_out=json_out
+        )
+        return
     catalog, endpoints = load_catalog(), workers_option(rpc)
     free = None
     if endpoints:
@@ -468,8 +490,9 @@ def serve(
         adaptive=adaptive,
         rpc_workers=rpc,
     )
-    # A catalogue pair is served under its name; a --target under its file name.
-    model_id = config.target.name if target else load_catalog().pair(pair).name
+    # A catalogue pair is served under its name; a --target under its file name (an Ollama or
+    # LM Studio model under its name there: its file name is a digest or a quantisation).
+    model_id = served_name(target, config.target) if target else load_catalog().pair(pair).name
     settings = server.Settings(model_id, api_key, queue, defaults)
     console = ui.stderr_console()
     if api_key is None and not is_loopback(host):

@@ -20,6 +20,7 @@ from rich.markup import escape
 
 from specllama.cli import catalog_view, ui
 from specllama.cli.catalog_view import ProgressFor, download_progress
+from specllama.cli.local_cmd import auto_draft
 from specllama.engine.drafters import NoDrafter
 from specllama.errors import RpcError, SpecllamaError, UsageError
 from specllama.llama import amx, rpc
@@ -36,6 +37,7 @@ from specllama.session import (
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
+DRAFT_AUTO = "auto"
 
 
 def friendly_errors(command: F) -> F:
@@ -83,12 +85,20 @@ PairOpt = Annotated[
 Target = Annotated[
     str | None,
     typer.Option(
-        "--target", "-t", help="Target: catalogue name, .gguf path or hf:owner/repo/file."
+        "--target",
+        "-t",
+        help="Target: catalogue name, .gguf path, hf:owner/repo/file, ollama:NAME[:TAG] or "
+        "lmstudio:PUBLISHER/REPO[/FILE].",
     ),
 ]
 Draft = Annotated[
     str | None,
-    typer.Option("--draft", "-d", help="Draft: catalogue name, .gguf path or hf:owner/repo/file."),
+    typer.Option(
+        "--draft",
+        "-d",
+        help="Draft: a REF as for --target, or auto (the best draft on this machine for the "
+        "target: `specllama models --local`).",
+    ),
 ]
 DrafterOpt = Annotated[
     str | None,
@@ -159,10 +169,10 @@ JsonlOut = Annotated[
 
 
 def resolve_models(
-    pair: str | None, target: str | None, draft: str | None
+    pair: str | None, target: str | None, draft: str | None, threads: int | None = None
 ) -> tuple[Path, Path | None, Pair | None]:
     """--pair, or --target/--draft REFs, or the default pair -> local files (downloaded if
-    needed, with progress on stderr)."""
+    needed, with progress on stderr); --draft auto: the best draft found on this machine."""
     if pair is not None and (target or draft):
         raise UsageError("use either --pair or --target/--draft, not both")
     catalog = load_catalog()
@@ -177,10 +187,13 @@ def resolve_models(
                 catalog, pair, progress_for=progress_for, notice=notice
             )
             return target_path, draft_path, chosen
+        auto = draft == DRAFT_AUTO
         paths = [
             fetch_model(ref, catalog, progress_for, notice) if ref else None
-            for ref in (target, draft)
+            for ref in (target, None if auto else draft)
         ]
+    if auto:
+        paths[1] = auto_draft(paths[0], threads)
     return paths[0], paths[1], None
 
 
@@ -218,7 +231,7 @@ def engine_config(
     if workers and gpu_layers == 0:
         raise UsageError("--gpu-layers 0 leaves the --rpc workers nothing to run")
     rpc_timeout_s = rpc.timeout_from_env()
-    target_path, draft_path, chosen = resolve_models(pair, target, draft)
+    target_path, draft_path, chosen = resolve_models(pair, target, draft, threads)
     if drafter is None:
         drafter = chosen.drafter if chosen else ("model" if draft_path else "ngram")
     # A --draft-max given caps the adaptive controller too; the pair's is for --fixed.
@@ -243,6 +256,14 @@ def engine_config(
         rpc=workers,
         rpc_timeout_s=rpc_timeout_s,
     )
+
+
+def served_name(ref: str, path: Path) -> str:
+    """The model id `serve` gives a --target: its Ollama or LM Studio name, else its file name."""
+    for prefix in ("ollama:", "lmstudio:"):
+        if ref.startswith(prefix):
+            return ref.removeprefix(prefix)
+    return path.name
 
 
 def workers_option(text: str | None) -> tuple[str, ...]:
@@ -327,5 +348,45 @@ Configs = Annotated[
         "--configs",
         help="Comma-separated: target, model:K, pipe:K (the draft model drafting the next "
         "round while the target verifies), ngram:K, adaptive (target is implied).",
+    ),
+]
+
+
+LocalOpt = Annotated[
+    bool,
+    typer.Option(
+        "--local",
+        help="The GGUF models already on this machine (Ollama, LM Studio, the Hugging Face and "
+        "llama.cpp caches, saved folders) and the draft/target pairs among them.",
+    ),
+]
+Dirs = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--dir",
+        metavar="DIR",
+        help="Also look in this folder, in depth (repeatable; implies --local).",
+    ),
+]
+AddDirs = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--add-dir",
+        metavar="DIR",
+        help="Look in this folder from now on, also for --draft auto (repeatable).",
+    ),
+]
+RemoveDirs = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--remove-dir", metavar="DIR", help="Stop looking in a folder saved with --add-dir."
+    ),
+]
+Measure = Annotated[
+    bool,
+    typer.Option(
+        "--measure",
+        help="Time each proposed pair here (the calibration and a short probe of acceptance; "
+        "cached) and rank them by the speedup to expect (implies --local).",
     ),
 ]

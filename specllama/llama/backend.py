@@ -27,6 +27,7 @@ import psutil
 
 from specllama.errors import ContextOverflowError, ModelLoadError, RpcError
 from specllama.llama import amx, ggml_rpc, rpc
+from specllama.llama.vocab import VocabInfo
 
 log = logging.getLogger("specllama.llama_cpp")
 
@@ -161,17 +162,6 @@ def default_threads() -> int:
     """Physical cores: llama-cpp-python's default (half the logical CPUs) halves speed on
     small machines. Draft and target run in turn, so both may use all of them."""
     return psutil.cpu_count(logical=False) or psutil.cpu_count() or 1
-
-
-@dataclass(frozen=True)
-class VocabInfo:
-    """What the vocabulary compatibility check compares."""
-
-    vocab_type: int
-    n_vocab: int
-    bos: int
-    eos: int
-    add_bos: bool
 
 
 def _check_gguf(path: Path) -> None:

@@ -4,8 +4,9 @@ The built-in catalogue ships inside the package (specllama/models.toml); a user 
 config directory, or wherever SPECLLAMA_CATALOG points) is read after it and extends or replaces
 entries by name. Errors name the file and, for TOML syntax errors, the line.
 
-A model reference (REF) is one of: a catalogue model name, a local `.gguf` path, or
-`hf:owner/repo/file.gguf`. `parse_ref` turns one into a `ModelRef` or a `Path`.
+A model reference (REF) is one of: a catalogue model name, a local `.gguf` path,
+`hf:owner/repo/file.gguf`, or a model another tool keeps on this machine: `ollama:NAME[:TAG]`,
+`lmstudio:PUBLISHER/REPO[/FILE]`. `parse_ref` turns one into a `ModelRef` or a `Path`.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from specllama.errors import CatalogError, ModelLoadError, UsageError
+from specllama.models import lmstudio, ollama
 from specllama.paths import config_dir
 
 try:
@@ -370,13 +372,18 @@ def _str_list(value: object) -> bool:
 
 
 def parse_ref(ref: str, catalog: Catalog) -> ModelRef | Path:
-    """A REF -> a catalogue model, an ad-hoc hub model (`hf:owner/repo/file.gguf`), or a path.
+    """A REF -> a catalogue model, an ad-hoc hub model (`hf:owner/repo/file.gguf`), or a path
+    (given, or the file of an Ollama or LM Studio model).
 
     A local path must exist; catalogue names take precedence over same-named relative paths
     only when no such file exists.
     """
     if ref.startswith("hf:"):
         return hf_ref(ref)
+    if ref.startswith("ollama:"):
+        return ollama.resolve(ref)
+    if ref.startswith("lmstudio:"):
+        return lmstudio.resolve(ref)
     if ref in catalog.models:
         return catalog.models[ref]
     path = Path(ref).expanduser()

@@ -65,3 +65,32 @@ def test_real_changed_vocabulary_is_refused_naming_the_token(smol_bad_vocab, smo
         pytest.raises(IncompatibleVocabError, match=f"token {CHANGED_TOKEN_ID} differs"),
     ):
         check_compatible(draft, target)
+
+
+@pytest.mark.slow
+def test_headers_decide_as_the_loaded_models_do(smol_q4, smol_draft, smol_bad_vocab):
+    """The rule on GGUF headers (what the local listing pairs by) against the rule on loaded
+    models (what `run` applies), for every ordered pair of real models."""
+    from specllama.llama.gguf_info import read_header
+    from specllama.models.compat import header_difference
+
+    paths = [smol_q4, smol_draft, smol_bad_vocab]
+    headers = {p: read_header(p) for p in paths}
+    loaded = {p: LlamaBackend(p, n_ctx=64) for p in paths}
+    try:
+        verdicts = []
+        for draft in paths:
+            for target in paths:
+                d, t = headers[draft], headers[target]
+                by_header = header_difference(d.vocab, d.vocab_print, t.vocab, t.vocab_print)
+                try:
+                    check_compatible(loaded[draft], loaded[target])
+                    by_loading = None
+                except IncompatibleVocabError as exc:
+                    by_loading = str(exc)
+                assert (by_header is None) == (by_loading is None), (draft, target)
+                verdicts.append(by_header is None)
+        assert verdicts.count(False) == 4  # the changed vocabulary against the two others
+    finally:
+        for backend in loaded.values():
+            backend.close()

@@ -1,0 +1,199 @@
+"""`specllama models --local --measure`: what a draft/target pair found on this machine would
+give here, measured, and cached like the calibration.
+
+For each pair: the calibration (`Engine.calibrate`: verify costs of the target, one draft step;
+cached), then a short probe of acceptance, greedy, with a fixed draft length PROBE_K, on a few
+of the bundled prompts. With each draft token accepted with probability a (fitted to the mean
+accepted per round), a round of k drafts yields E(a, k) = (1 - a^(k+1)) / (1 - a) tokens and
+costs k * draft_step + V(k + 1), against E * V(1) for the target alone:
+
+    speedup(k) = E(a, k) * V(1) / (k * draft_step + V(k + 1)),
+
+maximised over k (see `specllama.policy.costs`). That is what the listing ranks by: the speedup
+this machine can expect from the pair, not one it has seen on a given prompt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from specllama.bench.prompts import BenchPrompt, load_prompts
+from specllama.engine.events import FinishEvent
+from specllama.engine.sampling import SamplingParams
+from specllama.llama.backend import build_facts, default_threads
+from specllama.paths import cache_dir
+from specllama.policy.costs import Costs
+from specllama.session import Engine, EngineConfig
+
+PROBE_K = 4
+PROBE_TOKENS = 48
+PROBE_CATEGORIES = ("code-writing", "code-editing", "chat")  # one prompt of each
+K_MAX = 16
+FORMAT = 1
+
+
+@dataclass(frozen=True)
+class Measurement:
+    speedup: float  # expected, at the best draft length
+    best_k: int
+    acceptance: float  # a, per draft token
+    target_tok_s: float  # the target alone, one token at a time (from the calibration)
+    draft_step_ratio: float  # one draft step / one target token
+
+    def as_json(self) -> dict[str, float | int]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ProbeSettings:
+    n_threads: int | None = None
+    n_gpu_layers: int = 0
+    n_gpu_layers_draft: int = 0
+    n_ctx: int = 1024
+    tokens: int = PROBE_TOKENS
+    prompts: tuple[str, ...] = PROBE_CATEGORIES
+
+
+def cached(target: Path, draft: Path, settings: ProbeSettings) -> Measurement | None:
+    """The measurement of this pair on this machine, if one was made (no model is loaded)."""
+    try:
+        data = json.loads(_path(target, draft, settings).read_text(encoding="utf-8"))
+        if data["key"] != json.loads(json.dumps(_key(target, draft, settings))):
+            return None
+        return Measurement(**data["measurement"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def measure(
+    target: Path,
+    draft: Path,
+    settings: ProbeSettings,
+    *,
+    refresh: bool = False,
+    on_measure: Callable[[], None] | None = None,
+) -> Measurement:
+    """The measurement of this pair (cached), made now if there is none: loads both models."""
+    if not refresh and (found := cached(target, draft, settings)) is not None:
+        return found
+    if on_measure is not None:
+        on_measure()
+    config = EngineConfig(
+        target=target,
+        draft=draft,
+        drafter="model",
+        draft_max=PROBE_K,
+        adaptive=False,
+        n_ctx=settings.n_ctx,
+        n_gpu_layers=settings.n_gpu_layers,
+        n_gpu_layers_draft=settings.n_gpu_layers_draft,
+        n_threads=settings.n_threads,
+    )
+    with Engine(config) as engine:
+        costs = engine.calibrate()
+        accepted, rounds = _probe(engine, _prompts(settings.prompts), settings.tokens)
+    result = expected(costs, accepted / max(rounds, 1), PROBE_K)
+    _save(target, draft, settings, result)
+    return result
+
+
+def expected(costs: Costs, mean_accepted: float, k: int) -> Measurement:
+    """The measurement from the costs and the mean accepted per round of k drafts."""
+    a = acceptance_from(mean_accepted, k)
+    one = costs.verify(1)
+    best_k, best = 1, 0.0
+    for n in range(1, K_MAX + 1):
+        tokens = (1 - a ** (n + 1)) / (1 - a) if a < 1 else n + 1.0
+        speedup = tokens * one / (n * costs.draft_step_s + costs.verify(n + 1))
+        if speedup > best:
+            best_k, best = n, speedup
+    return Measurement(
+        speedup=round(best, 4),
+        best_k=best_k,
+        acceptance=round(a, 4),
+        target_tok_s=round(1 / one, 2) if one > 0 else 0.0,
+        draft_step_ratio=round(costs.draft_step_s / one, 4) if one > 0 else 0.0,
+    )
+
+
+def acceptance_from(mean_accepted: float, k: int) -> float:
+    """a such that a + a^2 + ... + a^k == mean_accepted (accepted drafts per round of k)."""
+    if mean_accepted <= 0:
+        return 0.0
+    if mean_accepted >= k:
+        return 1.0
+    low, high = 0.0, 1.0
+    for _ in range(60):
+        a = (low + high) / 2
+        if sum(a**i for i in range(1, k + 1)) < mean_accepted:
+            low = a
+        else:
+            high = a
+    return (low + high) / 2
+
+
+def _probe(engine: Engine, prompts: list[BenchPrompt], tokens: int) -> tuple[int, int]:
+    """(accepted drafts, rounds) over the prompts, greedy."""
+    accepted = rounds = 0
+    for prompt in prompts:
+        prompt_tokens = engine.prompt_tokens(list(prompt.messages))
+        for event in engine.generate(prompt_tokens, SamplingParams(), max_tokens=tokens):
+            if isinstance(event, FinishEvent):
+                stats = event.stats.as_dict()
+                accepted += int(stats["n_accepted"])  # type: ignore[call-overload]
+                rounds += int(stats["n_rounds"])  # type: ignore[call-overload]
+    return accepted, rounds
+
+
+def _prompts(categories: tuple[str, ...]) -> list[BenchPrompt]:
+    everything = load_prompts()
+    chosen = [next(p for p in everything if p.category == c) for c in categories
+              if any(p.category == c for p in everything)]  # fmt: skip
+    return chosen or everything[:1]
+
+
+def _key(target: Path, draft: Path, settings: ProbeSettings) -> dict[str, object]:
+    """What a measurement depends on: both files, this machine and llama.cpp, the settings."""
+
+    def file_id(path: Path) -> list[object]:
+        st = os.stat(path)
+        return [str(Path(path).resolve()), st.st_size, st.st_mtime_ns]
+
+    return {
+        "format": FORMAT,
+        "target": file_id(target),
+        "draft": file_id(draft),
+        "machine": [platform.node(), platform.machine(), os.cpu_count()],
+        "llama_cpp": build_facts().version,
+        "settings": {**asdict(settings), "n_threads": settings.n_threads or default_threads()},
+        "probe_k": PROBE_K,
+    }
+
+
+def _path(target: Path, draft: Path, settings: ProbeSettings) -> Path:
+    key = json.dumps(_key(target, draft, settings), sort_keys=True)
+    digest = hashlib.sha256(key.encode()).hexdigest()[:20]
+    return cache_dir() / "local" / "measured" / f"{digest}.json"
+
+
+def _save(target: Path, draft: Path, settings: ProbeSettings, result: Measurement) -> None:
+    path = _path(target, draft, settings)
+    data = {
+        "key": _key(target, draft, settings),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "measurement": result.as_json(),
+    }
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(path.name + ".partial")
+        partial.write_text(json.dumps(data, indent=1), encoding="utf-8")
+        os.replace(partial, path)
+    except OSError:
+        pass  # a read-only cache: measured again next time

@@ -1,0 +1,117 @@
+"""The models already on this machine, with their header facts: what `specllama models --local`
+lists, what `--draft auto` chooses from.
+
+`scan` looks in every store (`specllama.models.stores`) and the saved folders, and reads each
+model's GGUF header once (`header_cache`); a file that is no model is a `Problem` line, never
+an error.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from specllama.errors import ModelLoadError
+from specllama.llama.gguf_info import GgufHeader
+from specllama.models import local_dirs, stores
+from specllama.models.catalog import Catalog
+from specllama.models.header_cache import HeaderCache
+from specllama.models.local_files import Found, Problem, found_file
+
+
+@dataclass(frozen=True)
+class LocalModel:
+    found: Found
+    header: GgufHeader  # of a split model: the parameters and tensor types of every part
+    size: int  # bytes on disk, every part
+
+    @property
+    def path(self) -> Path:
+        return self.found.path
+
+    @property
+    def ref(self) -> str:
+        return self.found.ref
+
+    @property
+    def label(self) -> str:
+        """What the model calls itself (general.name), else its file name."""
+        return self.header.name or self.found.path.name
+
+    @property
+    def family(self) -> str | None:
+        """general.basename (e.g. "Qwen2.5-Coder"), else the architecture, lower case."""
+        name = self.header.basename or self.header.architecture
+        return name.lower() if name else None
+
+
+@dataclass
+class LocalScan:
+    models: list[LocalModel]
+    problems: list[Problem]
+    cache: HeaderCache = field(repr=False)
+
+    def detailed(self, model: LocalModel) -> LocalModel:
+        """The model with the detail of its vocabulary print (to compare it with vocabularies
+        of other sizes), read now if the cache has none."""
+        printed = model.header.vocab_print
+        if printed is None or printed.detail is not None:
+            return model
+        header = self.cache.header(model.path, detail=True)  # saved with the cache's next save
+        return replace(model, header=replace(model.header, vocab_print=header.vocab_print))
+
+
+def scan(
+    folders: Iterable[Path] = (),
+    *,
+    saved_folders: bool = True,
+    catalog: Catalog | None = None,
+    cache: HeaderCache | None = None,
+) -> LocalScan:
+    """Every model in every store, plus `folders` and (with `saved_folders`) those saved."""
+    folders = [Path(f) for f in folders] + (local_dirs.saved_dirs() if saved_folders else [])
+    findings = stores.find_all(folders, catalog=catalog)
+    cache = cache or HeaderCache()
+    models, problems = [], list(findings.problems)
+    for found in findings.found:
+        try:
+            models.append(read_model(found, cache))
+        except ModelLoadError as exc:
+            problems.append(Problem(found.ref, _without_path(str(exc), found.path)))
+    cache.save()
+    return LocalScan(models, problems, cache)
+
+
+def read_model(found: Found, cache: HeaderCache) -> LocalModel:
+    header = cache.header(found.path)
+    size = os.stat(found.path).st_size
+    if found.parts:  # the first part holds the vocabulary; count every part's tensors
+        others = [cache.header(part) for part in found.parts[1:]]
+        header = replace(
+            header,
+            n_params=header.n_params + sum(h.n_params for h in others),
+            tensor_types=header.tensor_types.union(*(h.tensor_types for h in others)),
+        )
+        size = sum(os.stat(part).st_size for part in found.parts)
+    return LocalModel(found, header, size)
+
+
+def _without_path(message: str, path: Path) -> str:
+    """'cannot read the GGUF header of PATH: why' -> 'cannot read the GGUF header: why', and
+    other mentions of the path -> its file name: the problem line names the model already."""
+    for shown in (os.path.realpath(path), str(path)):
+        message = message.replace(f" of {shown}:", ":").replace(shown, Path(shown).name)
+    return message
+
+
+def model_at(path: Path, cache: HeaderCache | None = None) -> LocalModel:
+    """A model given by its path (a --target not found in any store)."""
+    item = found_file(path, "path")
+    if isinstance(item, Problem):
+        raise ModelLoadError(f"{item.where}: {item.reason}")
+    cache = cache or HeaderCache()
+    model = read_model(item, cache)
+    cache.save()
+    return model

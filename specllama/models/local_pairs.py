@@ -1,0 +1,224 @@
+"""Which of the models on this machine can draft for which: groups by the vocabulary rule `run`
+applies (`compat`), and draft/target pairs proposed and ranked.
+
+A pair is proposed when the draft's vocabulary is compatible with the target's, the draft is
+at least MIN_SIZE_RATIO times smaller on disk (a decode reads every weight once, so file size
+is what a draft step costs next to a target token; the reference pair, Qwen2.5-Coder 0.5B for
+1.5B in Q4_K_M, is 2.3x, and a draft closer to its target's cost cannot pay for the rounds it
+loses), and both fit this machine together
+(`hardware.fits`, the fit check of the catalogue). Without measurements the ranking is a rule of
+thumb: where the pair runs (GPU first), then drafts of the target's own family (the same
+general.basename, else architecture) before others, then the cheaper draft. With measurements
+(`specllama models --local --measure`), by the speedup this machine measured.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from specllama.errors import LocalModelError
+from specllama.llama.vocab import MAX_VOCAB_SIZE_DIFFERENCE, VOCAB_TYPE_NAMES
+from specllama.models import local
+from specllama.models.compat import vocab_difference
+from specllama.models.hardware import FIT_CPU, FIT_GPU, FIT_NO, FIT_SPLIT, Fit, Machine, fits
+from specllama.models.local import LocalModel, LocalScan
+
+MIN_SIZE_RATIO = 2.0
+_FIT_RANK = {FIT_GPU: 0, FIT_SPLIT: 1, FIT_CPU: 2}
+
+Detailed = Callable[[LocalModel], LocalModel]  # the model with its vocabulary print's detail
+# (target, draft) -> the speedup measured on this machine, None when it was not measured
+Measured = Callable[[LocalModel, LocalModel], float | None]
+
+
+@dataclass(frozen=True)
+class LocalPair:
+    target: LocalModel
+    draft: LocalModel
+    fit: Fit
+    same_family: bool
+    speedup: float | None = None  # measured on this machine (expected, from the probe)
+
+    @property
+    def cost_ratio(self) -> float:
+        """A draft step next to a target token, by the bytes each reads."""
+        return self.draft.size / self.target.size
+
+
+def difference(a: LocalModel, b: LocalModel, detailed: Detailed) -> str | None:
+    """None when `a` can draft for `b` (and so `b` for `a`: the rule is symmetric)."""
+    va, vb = a.header.vocab, b.header.vocab
+    if va is None or vb is None:
+        return "no vocabulary llama.cpp knows"
+    if (reason := vocab_difference(va, vb)) is not None:
+        return reason
+    pa, pb = a.header.vocab_print, b.header.vocab_print
+    assert pa is not None and pb is not None  # a vocabulary comes with its print
+    if pa.n_vocab != pb.n_vocab and (pa.detail is None or pb.detail is None):
+        pa, pb = detailed(a).header.vocab_print, detailed(b).header.vocab_print
+        assert pa is not None and pb is not None
+    return pa.first_difference(pb)
+
+
+def vocab_groups(models: list[LocalModel], detailed: Detailed) -> list[list[LocalModel]]:
+    """The models in groups whose members can draft for one another (connected by the rule;
+    models with no vocabulary llama.cpp knows are left out), largest group first."""
+    usable = [m for m in models if m.header.vocab is not None]
+    parent = list(range(len(usable)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for i, a in enumerate(usable):
+        for j in range(i + 1, len(usable)):
+            b = usable[j]
+            if root(i) != root(j) and _may_match(a, b) and difference(a, b, detailed) is None:
+                parent[root(j)] = root(i)
+    groups: dict[int, list[LocalModel]] = {}
+    for i, model in enumerate(usable):
+        groups.setdefault(root(i), []).append(model)
+    return sorted(groups.values(), key=lambda g: (-len(g), g[0].ref))
+
+
+def group_label(group: list[LocalModel]) -> str:
+    """e.g. "BPE (qwen2), 151,936 tokens"."""
+    vocab, header = group[0].header.vocab, group[0].header
+    assert vocab is not None
+    kind = VOCAB_TYPE_NAMES.get(vocab.vocab_type, str(vocab.vocab_type))
+    pre = f" ({header.tokenizer_pre})" if header.tokenizer_pre else ""
+    sizes = sorted({m.header.vocab.n_vocab for m in group if m.header.vocab})
+    counts = " / ".join(f"{n:,}" for n in sizes)
+    return f"{kind}{pre}, {counts} tokens"
+
+
+def propose_pairs(
+    models: list[LocalModel],
+    machine: Machine,
+    offload: bool,
+    detailed: Detailed,
+    measured: Measured | None = None,
+) -> list[LocalPair]:
+    """Every proposed pair, best first (see the module docstring). Each pair is checked by the
+    rule itself: a group is connected by it, which sizes within 128 of each other do not make
+    transitive."""
+    pairs = []
+    for group in vocab_groups(models, detailed):
+        for target in group:
+            for draft in group:
+                small = draft.size * MIN_SIZE_RATIO <= target.size
+                if small and difference(draft, target, detailed) is None:
+                    pairs.append(_pair(target, draft, machine, offload, measured))
+    return rank([p for p in pairs if p is not None])
+
+
+def best_draft(
+    target: LocalModel,
+    candidates: list[LocalModel],
+    machine: Machine,
+    offload: bool,
+    detailed: Detailed,
+    measured: Measured | None = None,
+) -> tuple[LocalPair | None, int]:
+    """The best draft among `candidates` for `target` (for --draft auto), and how many of them
+    have a compatible vocabulary at all."""
+    pairs, compatible = [], 0
+    for draft in candidates:
+        if _same_file(draft.path, [target]) or not _may_match(draft, target):
+            continue
+        if difference(draft, target, detailed) is not None:
+            continue
+        compatible += 1
+        if draft.size * MIN_SIZE_RATIO <= target.size:
+            pairs.append(_pair(target, draft, machine, offload, measured))
+    pairs = [p for p in pairs if p is not None]
+    ranked = rank(pairs)
+    return (ranked[0] if ranked else None), compatible
+
+
+def rank(pairs: list[LocalPair]) -> list[LocalPair]:
+    """Measured pairs by their speedup, first; then the rule of thumb."""
+
+    def key(pair: LocalPair) -> tuple[object, ...]:
+        if pair.speedup is not None:
+            return (0, -pair.speedup)
+        fit = _FIT_RANK.get(pair.fit.verdict, 3)
+        return (1, fit, not pair.same_family, pair.cost_ratio, pair.target.ref)
+
+    return sorted(pairs, key=key)
+
+
+def _pair(
+    target: LocalModel,
+    draft: LocalModel,
+    machine: Machine,
+    offload: bool,
+    measured: Measured | None,
+) -> LocalPair | None:
+    """The pair of a compatible, small enough draft, if both fit here together."""
+    fit = fits([target.size, draft.size], machine, offload)
+    if fit.verdict == FIT_NO:
+        return None
+    same = draft.family is not None and draft.family == target.family
+    speedup = measured(target, draft) if measured else None
+    return LocalPair(target, draft, fit, same, speedup)
+
+
+def _may_match(a: LocalModel, b: LocalModel) -> bool:
+    """A quick look before the rule: vocabulary sizes within reach of each other."""
+    va, vb = a.header.vocab, b.header.vocab
+    return (
+        va is not None
+        and vb is not None
+        and abs(va.n_vocab - vb.n_vocab) <= (MAX_VOCAB_SIZE_DIFFERENCE)
+    )
+
+
+def auto_draft(
+    target: Path,
+    machine: Machine,
+    offload: bool,
+    measured: Measured | None = None,
+    found: LocalScan | None = None,
+) -> LocalPair:
+    """--draft auto: the best draft on this machine for the target file, or LocalModelError
+    saying why there is none."""
+    found = found or local.scan()
+    model = _same_file(target, found.models) or local.model_at(target, found.cache)
+    pair, compatible = best_draft(model, found.models, machine, offload, found.detailed, measured)
+    found.cache.save()  # details read for vocabularies of other sizes
+    if pair is not None:
+        return pair
+    n = len(found.models)
+    if compatible == 0:
+        raise LocalModelError(
+            f"--draft auto: none of the {n} models on this machine has a vocabulary "
+            f"compatible with {model.label}",
+            hint="`specllama models --local` lists them; a draft must come from the same "
+            "model family",
+        )
+    raise LocalModelError(
+        f"--draft auto: {compatible} models could draft for {model.label}, but none is "
+        f"{MIN_SIZE_RATIO:g}x smaller and fits this machine beside it",
+        hint="give a --draft, or use --drafter ngram",
+    )
+
+
+def _same_file(path: Path, models: list[LocalModel]) -> LocalModel | None:
+    try:
+        wanted = os.stat(path)
+    except OSError:
+        return None
+    for model in models:
+        try:
+            st = os.stat(model.path)
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) == (wanted.st_dev, wanted.st_ino):
+            return model
+    return None

@@ -1,0 +1,161 @@
+"""The models already on this machine, from the command line: `models --local`, refs of other
+tools' stores wherever a model is accepted, `--draft auto`; real models in fake stores."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from store_fakes import snapshot
+from typer.testing import CliRunner
+
+from specllama.cli.app import app
+from specllama.models import ollama
+
+pytestmark = pytest.mark.slow
+
+
+def invoke(*args: str, input: str | None = None):
+    # Wide enough that no REF is folded across lines of a table.
+    return CliRunner().invoke(app, [str(a) for a in args], input=input, env={"COLUMNS": "300"})
+
+
+def one_error_line(result, code: int, fragment: str) -> str:
+    assert result.exit_code == code, result.output
+    lines = [line for line in result.stderr.strip().splitlines() if not line.startswith("warning:")]
+    assert len(lines) == 1 and lines[0].startswith("error:"), result.stderr
+    assert fragment in lines[0], lines[0]
+    assert "Traceback" not in result.output
+    return lines[0]
+
+
+def local_json(*extra: str) -> dict:
+    result = invoke("models", "--local", "--json", *extra)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_the_listing_finds_every_store_pairs_them_and_reports_damage(stocked_machine):
+    data = local_json("--dir", stocked_machine["mine"])
+    refs = {m["ref"]: m for m in data["models"]}
+    roles = stocked_machine
+    assert set(refs) == {roles[r] for r in ("q4", "f32", "draft4", "draft2", "bad_vocab")}
+    assert refs[roles["bad_vocab"]]["vocab_group"] != refs[roles["f32"]]["vocab_group"]
+    assert refs[roles["q4"]]["quant"] == "Q4_1" and refs[roles["q4"]]["vocab"]["n_vocab"] == 49152
+    pairs = [(p["target"], p["draft"]) for p in data["pairs"]]
+    assert pairs == [(roles["f32"], roles[d]) for d in ("q4", "draft2", "draft4")]
+    assert len(data["problems"]) == 4  # dangling digest, not a GGUF twice, truncated
+
+
+def test_the_listing_as_tables(stocked_machine):
+    result = invoke("models", "--local")
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    for role in ("q4", "f32", "draft4", "draft2", "bad_vocab"):
+        assert stocked_machine[role] in out
+    assert "skipped ollama:notgguf:latest: cannot read the GGUF header: not a GGUF file" in out
+    assert f"--target {stocked_machine['f32']} --draft {stocked_machine['q4']}" in out
+
+
+def test_no_store_at_all_is_said_not_failed(bare_machine):
+    result = invoke("models", "--local")
+    assert result.exit_code == 0, result.output
+    assert "no GGUF models found" in result.stdout
+
+
+def run_json(*args: str) -> dict:
+    result = invoke("run", "Name three fruits.", "-n", "16", "--json", "--fixed", *args)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_run_by_ollama_name_gives_what_the_same_file_gives_by_path(
+    stocked_machine, smol_f32, smol_q4
+):
+    by_name = run_json("--target", stocked_machine["f32"], "--draft", stocked_machine["q4"])
+    by_path = run_json("--target", smol_f32, "--draft", smol_q4)
+    alone = run_json("--target", stocked_machine["f32"], "--drafter", "none")
+    assert by_name["text"] and by_name["text"] == by_path["text"] == alone["text"]
+    assert by_name["n_generated"] == by_path["n_generated"]
+    assert by_name["n_drafted"] > 0
+
+
+def test_lm_studio_and_hugging_face_refs_work_where_a_model_is_accepted(
+    stocked_machine, smol_draft
+):
+    lm = run_json("--target", stocked_machine["draft4"], "--drafter", "none")
+    assert lm["text"] == run_json("--target", smol_draft, "--drafter", "none")["text"]
+    hf = run_json("--target", stocked_machine["draft2"], "--drafter", "none")
+    assert hf["n_generated"] > 0
+
+
+def test_draft_auto_picks_the_best_draft_found(stocked_machine):
+    result = invoke(
+        "run", "Name three fruits.", "-n", "16", "--json", "--fixed",
+        "--target", stocked_machine["f32"], "--draft", "auto",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert f"--draft auto: {stocked_machine['q4']}" in " ".join(result.stderr.split())
+    alone = run_json("--target", stocked_machine["f32"], "--drafter", "none")
+    assert json.loads(result.stdout)["text"] == alone["text"]
+
+
+def test_draft_auto_without_a_compatible_draft_is_one_clear_line(stocked_machine):
+    result = invoke("run", "Hi", "--target", stocked_machine["bad_vocab"], "--draft", "auto")
+    one_error_line(result, 1, "has a vocabulary compatible with")
+
+
+def test_an_unknown_ollama_name_is_one_line_naming_close_ones(stocked_machine):
+    result = invoke("run", "Hi", "--target", "ollama:smollm2:135m")
+    line = one_error_line(result, 1, "no Ollama model smollm2:135m")
+    assert "ollama:smollm2:135m-q4" in line
+
+
+def test_a_bad_ollama_name_is_a_usage_error(stocked_machine):
+    one_error_line(invoke("run", "Hi", "--target", "ollama:a/b/c/d"), 2, "bad Ollama model name")
+
+
+def test_bench_takes_an_ollama_name(stocked_machine):
+    result = invoke(
+        "bench", "--target", stocked_machine["f32"], "--draft", stocked_machine["q4"],
+        "--configs", "target,model:2", "--limit", "1", "--repeats", "1", "--no-warmup",
+        "-n", "8", "--fixed",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+
+
+def test_saved_folders_from_the_command_line(bare_machine, tmp_path, smol_q4):
+    from store_fakes import place
+
+    folder = tmp_path / "saved"
+    place(smol_q4, folder / "sub" / "m.gguf")
+    assert local_json()["models"] == []
+    assert invoke("models", "--add-dir", folder, "--json").exit_code == 0
+    assert [m["path"] for m in local_json()["models"]] == [str(folder / "sub" / "m.gguf")]
+    assert invoke("models", "--remove-dir", folder).exit_code == 0
+    assert local_json()["models"] == []
+    one_error_line(invoke("models", "--remove-dir", folder), 2, "is not a saved model folder")
+    one_error_line(invoke("models", "--add-dir", tmp_path / "nope"), 2, "is not a folder")
+
+
+def test_listing_and_running_write_nothing_into_other_tools_stores(stocked_machine, tmp_path):
+    home = Path.home()
+    stores = [home / ".ollama", tmp_path / "lm-home", tmp_path / "lm-models",
+              home / ".cache" / "huggingface", home / ".cache" / "llama.cpp"]  # fmt: skip
+    before = [snapshot(s) for s in stores]
+    local_json("--dir", stocked_machine["mine"])
+    run_json("--target", stocked_machine["f32"], "--draft", "auto")
+    assert [snapshot(s) for s in stores] == before
+    assert ollama.stores() == [Path.home() / ".ollama" / "models"]
+
+
+def test_serve_names_a_model_of_another_tool_by_its_name_there(tmp_path):
+    from specllama.cli.options import served_name
+
+    blob = tmp_path / "sha256-0123"
+    assert served_name("ollama:qwen2.5-coder:1.5b", blob) == "qwen2.5-coder:1.5b"
+    assert (
+        served_name("lmstudio:bartowski/Qwen-GGUF/q4.gguf", blob) == "bartowski/Qwen-GGUF/q4.gguf"
+    )
+    assert served_name(str(tmp_path / "m.gguf"), tmp_path / "m.gguf") == "m.gguf"

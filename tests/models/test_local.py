@@ -1,0 +1,152 @@
+"""The models on a machine stocked in every store: found, read once (the header cache), grouped
+by the vocabulary rule and paired; damaged files are lines, never failures."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from gguf_fakes import vocab, write_gguf
+
+from specllama.models import local, local_dirs
+from specllama.models.hardware import FIT_CPU, Machine
+from specllama.models.header_cache import HeaderCache
+from specllama.models.local_pairs import best_draft, propose_pairs, vocab_groups
+
+pytestmark = pytest.mark.slow
+
+BIG = Machine(ram_total=64 << 30, ram_available=32 << 30, physical_cores=2, logical_cores=2)
+SMALL = Machine(ram_total=800 << 20, ram_available=400 << 20, physical_cores=2, logical_cores=2)
+
+
+def by_ref(scan):
+    return {m.ref: m for m in scan.models}
+
+
+def test_every_store_is_found_and_every_damaged_file_is_one_line(stocked_machine):
+    scan = local.scan([stocked_machine["mine"]])
+    roles = {role: ref for role, ref in stocked_machine.items()}
+    assert set(by_ref(scan)) == {roles[r] for r in ("q4", "f32", "draft4", "draft2", "bad_vocab")}
+    reasons = {p.where: p.reason for p in scan.problems}
+    assert any("ollama:broken:latest: blob sha256-" in r for r in reasons.values())
+    assert "not a GGUF file" in reasons["ollama:notgguf:latest"]
+    assert "ends inside its header" in reasons[roles["cut"]]
+    assert "not a GGUF file" in reasons[os.path.join(roles["mine"], "notes.gguf")]
+    assert len(scan.problems) == 4
+
+
+def test_the_facts_of_each_model(stocked_machine):
+    models = by_ref(local.scan())
+    q4, f32 = models[stocked_machine["q4"]], models[stocked_machine["f32"]]
+    assert q4.header.quant == "Q4_1" and f32.header.quant == "F32"
+    assert q4.header.n_params == f32.header.n_params  # the same weights, quantised
+    assert q4.header.size_label == "135M" and q4.family == "smollm2"
+    assert f32.size > 5 * q4.size
+
+
+def test_incompatible_vocabularies_are_never_grouped_nor_paired(stocked_machine):
+    scan = local.scan()
+    groups = vocab_groups(scan.models, scan.detailed)
+    refs = [sorted(m.ref for m in g) for g in groups]
+    roles = stocked_machine
+    assert refs[0] == sorted(roles[r] for r in ("q4", "f32", "draft4", "draft2"))
+    assert refs[1] == [roles["bad_vocab"]]
+    pairs = propose_pairs(scan.models, BIG, False, scan.detailed)
+    assert all(roles["bad_vocab"] not in (p.target.ref, p.draft.ref) for p in pairs)
+
+
+def test_pairs_a_target_with_drafts_several_times_smaller_best_first(stocked_machine):
+    scan = local.scan()
+    pairs = propose_pairs(scan.models, BIG, False, scan.detailed)
+    roles = stocked_machine
+    assert [(p.target.ref, p.draft.ref) for p in pairs] == [
+        (roles["f32"], roles["q4"]),  # the cheapest draft of the same family first
+        (roles["f32"], roles["draft2"]),
+        (roles["f32"], roles["draft4"]),
+    ]
+    assert all(p.fit.verdict == FIT_CPU and p.same_family for p in pairs)
+    assert pairs[0].cost_ratio < 0.2
+
+
+def test_nothing_is_proposed_that_does_not_fit_this_machine(stocked_machine):
+    scan = local.scan()
+    assert propose_pairs(scan.models, SMALL, False, scan.detailed) == []
+
+
+def test_the_best_draft_for_a_target(stocked_machine):
+    scan = local.scan()
+    target = by_ref(scan)[stocked_machine["f32"]]
+    pair, compatible = best_draft(target, scan.models, BIG, False, scan.detailed)
+    assert pair.draft.ref == stocked_machine["q4"] and compatible == 3
+    changed = by_ref(scan)[stocked_machine["bad_vocab"]]
+    assert best_draft(changed, scan.models, BIG, False, scan.detailed) == (None, 0)
+
+
+def test_a_second_scan_reads_no_header_and_a_changed_file_is_read_again(stocked_machine, tmp_path):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    own = write_gguf(mine / "own.gguf", vocab(50))  # not a link to a shared test model
+    first = local.scan([mine])
+    assert first.cache.reads == 8  # six models and the two damaged files
+    second = local.scan([mine])
+    assert second.cache.reads == 0
+    assert [m.header for m in second.models] == [m.header for m in first.models]
+    os.utime(own, ns=(1, 1))
+    assert local.scan([mine]).cache.reads == 1
+
+
+def test_a_damaged_header_cache_is_read_again_not_fatal(stocked_machine):
+    local.scan()
+    path = HeaderCache().path
+    path.write_text("{ not json")
+    assert len(local.scan().models) == 5
+
+
+def test_vocabularies_of_different_sizes_within_128_are_compared_by_their_detail(
+    bare_machine, tmp_path
+):
+    folder = tmp_path / "sizes"
+    folder.mkdir()
+    tokens = vocab(300)
+    write_gguf(folder / "target.gguf", [*tokens, *vocab(64, "pad")],
+               tensors={"token_embd.weight": (400, 400)})  # fmt: skip
+    write_gguf(folder / "draft.gguf", tokens, tensors={"token_embd.weight": (100, 100)})
+    other = [*tokens[:200], "other", *tokens[201:]]
+    write_gguf(folder / "other.gguf", other, tensors={"token_embd.weight": (100, 100)})
+    scan = local.scan([folder])
+    assert all(m.header.vocab_print.detail is None for m in scan.models)  # the fast read
+    pairs = propose_pairs(scan.models, BIG, False, scan.detailed)
+    assert [(p.target.path.name, p.draft.path.name) for p in pairs] == [
+        ("target.gguf", "draft.gguf")
+    ]
+    reread = HeaderCache().header(folder / "target.gguf", detail=True)
+    assert reread.vocab_print.detail is not None  # the detail was read once, and cached
+    assert HeaderCache().reads == 0
+
+
+def test_saved_folders_are_scanned_and_can_be_forgotten(bare_machine, tmp_path):
+    folder = tmp_path / "saved"
+    folder.mkdir()
+    write_gguf(folder / "m.gguf", vocab(50))
+    assert local.scan().models == []
+    local_dirs.add_dir(folder)
+    assert [m.path.name for m in local.scan().models] == ["m.gguf"]
+    local_dirs.remove_dir(folder)
+    assert local.scan().models == []
+
+
+def test_a_file_that_cannot_be_read_now_is_a_line_and_is_not_remembered(
+    bare_machine, tmp_path, monkeypatch
+):
+    folder = tmp_path / "locked"
+    folder.mkdir()
+    locked = write_gguf(folder / "locked.gguf", vocab(50))
+    real_access = os.access
+    monkeypatch.setattr(  # as for a file of another user (root reads everything)
+        os, "access", lambda p, mode: False if str(p) == str(locked) else real_access(p, mode)
+    )
+    scan = local.scan([folder])
+    assert scan.models == []
+    assert [p.reason for p in scan.problems] == ["cannot read locked.gguf: permission denied"]
+    monkeypatch.setattr(os, "access", real_access)
+    assert [m.path for m in local.scan([folder]).models] == [locked]
