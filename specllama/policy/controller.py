@@ -15,9 +15,14 @@ the round costs here, learnt online), and drafts nothing when nothing beats the 
 What it knows of a source's acceptance a is a Beta posterior: a prior (`PRIORS`, worth
 `prior_weight` tokens for an n-gram lane, `model_prior_weight` for the draft model, whose one
 unlucky first round must not send it to rest) plus what the source's rounds showed, each
-accepted draft token a success
-and the first rejected one a failure (the tokens after it say nothing). Old evidence fades
-(`memory` per observation), so a source that changes (prose after code) is seen changing.
+accepted draft token a success and the first rejected one a failure (the tokens after it say
+nothing). Old evidence fades (`memory` per observation), so a source that changes (prose after
+code) is seen changing. An n-gram source is a lane per match length (`lane_of`); matches under
+`MIN_MATCH` tokens are never drafted from.
+
+What rounds cost is learnt as they run (`specllama.policy.costs`), from a calibration that may
+lie: the first round is the target alone, so what every choice is weighed against is seen, and
+no draft is longer than twice the largest batch verified so far (`LiveCosts.draft_limit`).
 
 Decisions rest on that evidence, never on one round:
 
@@ -145,10 +150,10 @@ class _RateTable:
         with np.errstate(divide="ignore", invalid="ignore"):
             tokens = np.where(a < 1.0, (1.0 - a ** (k + 1)) / (1.0 - a), k + 1.0)
         cost = np.array([live.round(kind, n) for n in range(k_max + 1)])
-        self.costs = cost
         rates = tokens / cost
         rates[:, 0] = 0.0  # a source is asked for at least one token
         self.kind = kind
+        self.k_max = k_max
         self.k = rates.argmax(axis=1)
         self.rate = rates.max(axis=1)
         self.pipelined = np.zeros(len(self.k), dtype=bool)
@@ -249,7 +254,7 @@ class AdaptiveController:
     def table(self, kind: str) -> _RateTable:
         k_max = min(self.k_max[kind], self.live.draft_limit())
         table = self._tables.get(kind)
-        if table is None or table.version != self.live.version or len(table.costs) != k_max + 1:
+        if table is None or table.version != self.live.version or table.k_max != k_max:
             table = self._tables[kind] = _RateTable(self.live, kind, k_max)
             self.min_confidence = self._break_even_confidence()
         return table
