@@ -334,7 +334,7 @@ def record_trace(
         options = lookup.sources(context)
         if options:
             match[i] = lookup.match_size
-            proposal = lookup.propose(context, offer_max, SamplingParams(0.0), None).tokens
+            proposal = lookup.propose(context, offer_max, SamplingParams(0.0)).tokens
             offer[i] = len(proposal)
             while (
                 run[i] < len(proposal) and i + run[i] < n and proposal[run[i]] == answer[i + run[i]]
