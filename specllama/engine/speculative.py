@@ -17,8 +17,9 @@ the target-alone token, whatever was drafted, so the text follows p exactly (Gum
 seed gives the same text with any drafter, draft length, controller, pipelining and cache.
 Greedy (temperature 0) is the same rule with argmax for the draw. A deterministic draft
 (n-gram, greedy draft model) is accepted with probability p(x), as under the rejection rule;
-a sampled draft model drafts with the same noise on its own q, so it hits the target's draw as
-often as a coupling without communication can.
+a sampled draft model drafts with the same noise on its own q, so it hits the target's draw
+at least (1 - TV)/(1 + TV) of the time (TV: the total variation between q and p), nearly what
+any coupling without communication can.
 
 When the controller asks for it (`pipelined`), the draft model drafts the next round while the
 target verifies (`specllama.engine.pipeline`); a round then may start with its draft already made.
