@@ -91,11 +91,10 @@ def gumbel(seed: int, position: int, tokens: np.ndarray) -> np.ndarray:
     return -np.log(-np.log(uniforms(seed, position, tokens)))
 
 
-# The noise is bounded, since u is: no token whose log-probability is more than SPREAD below
-# the best one's can win a Gumbel-max (see sampling.gumbel_max).
-G_MIN = float(-np.log(-np.log(0.5 * 2.0**-32)))
-G_MAX = float(-np.log(-np.log((2.0**32 - 0.5) * 2.0**-32)))
-SPREAD = G_MAX - G_MIN
+# The noise is bounded, since u is: a token whose log-probability plus G_MAX is below a score
+# already drawn cannot win a Gumbel-max (see sampling.gumbel_max).
+G_MIN = float(-np.log(-np.log(0.5 * 2.0**-32)))  # about -3.1
+G_MAX = float(-np.log(-np.log((2.0**32 - 0.5) * 2.0**-32)))  # about 22.9
 
 
 def check_seed(seed: int) -> None:
