@@ -21,7 +21,7 @@ from specllama.engine.drafters import (
     NoDrafter,
 )
 from specllama.engine.events import Event
-from specllama.engine.sampling import SamplingParams, make_rng
+from specllama.engine.sampling import SamplingParams
 from specllama.engine.speculative import generate
 from specllama.errors import UsageError
 from specllama.llama import rpc
@@ -164,7 +164,6 @@ class Engine:
             params,
             max_tokens=max_tokens,
             controller=controller,
-            rng=make_rng(params),
         )
         return self._reviewed(events) if controller is self.controller else events
 

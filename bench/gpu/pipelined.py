@@ -42,9 +42,8 @@ def one_run(target, draft, name, costs, prompt, params, n) -> dict:
     drafter = NoDrafter() if name == "target" else DraftModelDrafter(draft)
     draft.rollback(0)
     rounds: list[RoundEvent] = []
-    rng = np.random.default_rng(1)
     for event in generate(
-        target, drafter, prompt, params, max_tokens=n, controller=controller(name, costs), rng=rng
+        target, drafter, prompt, params, max_tokens=n, controller=controller(name, costs)
     ):
         if isinstance(event, RoundEvent):
             rounds.append(event)

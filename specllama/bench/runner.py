@@ -42,7 +42,7 @@ from specllama.engine.drafters import (
     NoDrafter,
 )
 from specllama.engine.events import FinishEvent, TokenEvent
-from specllama.engine.sampling import SamplingParams, make_rng
+from specllama.engine.sampling import SamplingParams
 from specllama.engine.speculative import generate
 from specllama.errors import UsageError
 from specllama.llama.backend import build_facts, default_threads
@@ -231,7 +231,6 @@ class _Runner:
             self.params,
             max_tokens=max_tokens,
             controller=controller,
-            rng=make_rng(self.params),
         ):
             if isinstance(event, TokenEvent):
                 out.append(event.token)
@@ -259,6 +258,9 @@ def run_bench(
         raise UsageError(f"--repeats must be at least 1, got {repeats}")
     if not configs or configs[0].name != TARGET:
         raise UsageError("the bench needs the target alone as its first configuration")
+    # One seed for every run: sampled runs then write the target alone's text too, and
+    # `equals_target` checks that at any temperature (the seed is in the settings).
+    params = params.with_seed()
     runner = _Runner(engine, params)
     result = BenchResult(
         settings={

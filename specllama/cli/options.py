@@ -138,7 +138,14 @@ Temperature = Annotated[float, typer.Option("--temperature", help="0 = greedy.")
 TopK = Annotated[int, typer.Option("--top-k", help="Keep the k likeliest tokens (0 = all).")]
 TopP = Annotated[float, typer.Option("--top-p", help="Nucleus sampling mass.")]
 MinP = Annotated[float, typer.Option("--min-p", help="Drop tokens below min-p x the top one.")]
-Seed = Annotated[int | None, typer.Option("--seed", help="Random seed for sampling.")]
+Seed = Annotated[
+    int | None,
+    typer.Option(
+        "--seed",
+        help="Seed for sampling: the same seed gives the same answer with any drafter "
+        "(default: one is drawn and reported).",
+    ),
+]
 MaxTokens = Annotated[int, typer.Option("--max-tokens", "-n", help="Most tokens to generate.")]
 System = Annotated[str | None, typer.Option("--system", help="System prompt.")]
 NoTemplate = Annotated[

@@ -288,7 +288,8 @@ class ChatSession:
         stream = engine.target_text_stream()
         pieces: list[str] = []
         finish: FinishEvent | None = None
-        events = engine.generate(prompt, self.params, max_tokens=self.max_tokens)
+        params = self.params.with_seed()  # drawn here, so that an interrupted answer reports it
+        events = engine.generate(prompt, params, max_tokens=self.max_tokens)
         view.answer_begin()
         try:
             with deferred_sigint() as interrupt:
@@ -319,7 +320,11 @@ class ChatSession:
         view.answer_token(tail, False)
         answer = "".join(pieces)
         interrupted = finish is None
-        stats = counter.snapshot("interrupted") if finish is None else finish.stats
+        if finish is None:
+            stats = counter.snapshot("interrupted")
+            stats.seed = params.effective_seed
+        else:
+            stats = finish.stats
         stats.n_prompt = len(prompt)
         self.conversation.add_assistant(answer, interrupted=interrupted)
 

@@ -36,6 +36,8 @@ def summary_line(stats: GenerationStats) -> str:
             f"{stats.mean_accepted_per_round:.2f} per round"
         )
     parts.append(f"finish {stats.finish_reason}")
+    if stats.seed is not None:
+        parts.append(f"seed {stats.seed}")
     return " · ".join(parts)
 
 
@@ -132,6 +134,8 @@ def answer_summary(
         parts.append(f"est. {speedup:.2f}x vs target alone ({target_alone:.1f} tok/s)")
     parts.append(f"prompt {n_prompt_new} new + {n_prompt_reused} cached tokens")
     parts.append(stats.finish_reason)
+    if stats.seed is not None:
+        parts.append(f"seed {stats.seed}")
     return " · ".join(parts)
 
 

@@ -1,8 +1,9 @@
 """Who guesses the next tokens: a small draft model, or a lookup in the text so far.
 
-A Drafter proposes up to `n_max` tokens that would follow `context`. It also reports q, the
-probability it drew each token with, when it sampled; a deterministic guess (greedy draft, n-gram
-lookup) has q = 1 for its token, and the verifier treats it so.
+A Drafter proposes up to `n_max` tokens that would follow `context`. The verifier keeps a draft
+token only when it is the target's own draw at its position, so a draft needs no probabilities:
+whatever is proposed, the output is the target's. A sampled draft model draws with the target's
+noise (the seed, the position) on its own distribution, to guess that draw.
 """
 
 from __future__ import annotations
@@ -16,11 +17,10 @@ import numpy as np
 
 from specllama.engine.lookup import CopyIndex, Match
 from specllama.engine.sampling import (
-    Distribution,
     SamplingParams,
     argmax,
+    gumbel_max,
     probabilities,
-    sample,
     top_probability,
 )
 from specllama.llama.backend import LlamaBackend
@@ -29,14 +29,12 @@ from specllama.llama.backend import LlamaBackend
 @dataclass
 class Draft:
     tokens: list[int] = field(default_factory=list)
-    # q[i]: the draft's distribution for tokens[i]; None when the guess was deterministic.
-    q: list[Distribution] | None = None
 
     def __len__(self) -> int:
         return len(self.tokens)
 
     def __getitem__(self, part: slice) -> Draft:
-        return Draft(self.tokens[part], None if self.q is None else self.q[part])
+        return Draft(self.tokens[part])
 
 
 class Drafter(Protocol):
@@ -52,7 +50,6 @@ class Drafter(Protocol):
         context: Sequence[int],
         n_max: int,
         params: SamplingParams,
-        rng: np.random.Generator,
         *,
         source: str | None = None,
         min_confidence: float | None = None,
@@ -80,7 +77,6 @@ class NoDrafter:
         context: Sequence[int],
         n_max: int,
         params: SamplingParams,
-        rng: np.random.Generator,
         **_: object,
     ) -> Draft:
         return Draft()
@@ -111,24 +107,21 @@ class DraftModelDrafter:
         context: Sequence[int],
         n_max: int,
         params: SamplingParams,
-        rng: np.random.Generator,
         *,
         source: str | None = None,
         min_confidence: float | None = None,
         stop: threading.Event | None = None,
     ) -> Draft:
-        draft = Draft(q=None if params.greedy else [])
+        draft = Draft()
         if n_max <= 0:
             return draft
         p_min = self.min_confidence if min_confidence is None else min_confidence
         logits = self.model.sync(context, logits_at_last=True)
         while True:
-            token, q = self._choose(logits, params, rng, p_min)
+            token = self._choose(logits, params, len(context) + len(draft), p_min)
             if token is None:
                 break
             draft.tokens.append(token)
-            if q is not None:
-                draft.q.append(q)
             if len(draft) == n_max or self.model.is_eog(token):
                 break
             if stop is not None and stop.is_set():
@@ -137,18 +130,22 @@ class DraftModelDrafter:
         return draft
 
     def _choose(
-        self, logits: np.ndarray, params: SamplingParams, rng: np.random.Generator, p_min: float
-    ) -> tuple[int | None, Distribution | None]:
-        """The next draft token and its q, or None when the draft is not confident enough."""
+        self, logits: np.ndarray, params: SamplingParams, position: int, p_min: float
+    ) -> int | None:
+        """The draft token at `position`, or None when the draft is not confident enough.
+        Sampling: the Gumbel-max of the draft's q with the target's noise at that position.
+        It is the target's own draw with probability at least (1 - TV) / (1 + TV), TV the
+        total variation between q and p, and no coupling without communication does better in
+        the worst case (Daliri et al. 2024); the rejection rule's 1 - TV needs q beside p."""
         if params.greedy:
-            token = argmax(logits)
             if p_min > 0 and top_probability(logits) < p_min:
-                return None, None
-            return token, None
+                return None
+            return argmax(logits)
         q = probabilities(logits, params)
         if p_min > 0 and q.max() < p_min:
-            return None, None
-        return sample(q, rng), q
+            return None
+        assert params.seed is not None, "the loop seeds sampled generations"
+        return gumbel_max(q, params.seed, position)
 
     @property
     def decode_seconds(self) -> float:
@@ -184,7 +181,6 @@ class NgramDrafter:
         context: Sequence[int],
         n_max: int,
         params: SamplingParams,
-        rng: np.random.Generator,
         **_: object,
     ) -> Draft:
         match = self._match(context) if n_max > 0 else None
@@ -217,19 +213,16 @@ class CombinedDrafter:
         context: Sequence[int],
         n_max: int,
         params: SamplingParams,
-        rng: np.random.Generator,
         *,
         source: str | None = None,
         min_confidence: float | None = None,
         stop: threading.Event | None = None,
     ) -> Draft:
         if source is None or source.startswith("ngram"):
-            draft = self.ngram.propose(context, n_max, params, rng)
+            draft = self.ngram.propose(context, n_max, params)
             if draft.tokens or source is not None:
                 return draft
-        return self.model.propose(
-            context, n_max, params, rng, min_confidence=min_confidence, stop=stop
-        )
+        return self.model.propose(context, n_max, params, min_confidence=min_confidence, stop=stop)
 
     @property
     def decode_seconds(self) -> float:

@@ -12,11 +12,9 @@ draft for exactly the context that follows: the next round verifies them without
 (`DraftAhead.take`). Otherwise they are dropped (a rejection stops the draft ahead at its next
 step), and the draft model's next `sync` brings its context back to the kept tokens.
 
-Sampling stays exact under the loop's rule (speculative.py): each drafted-ahead token was drawn
-from the draft's q given the context it is used in, with randomness of its own, and the next
-round verifies it with that q. Whether they are kept depends on this round's target draws, which
-are by then part of that context. Each draft ahead draws from a generator seeded from the loop's
-when it starts, so a seed reproduces a generation even though a stopped draft ahead drew less.
+Sampling needs nothing of its own here: a drafted-ahead token is drawn with the noise of its
+position (speculative.py), and the next round keeps it only if it is the target's own draw there,
+so what is emitted does not depend on what was drafted ahead, nor on where a rejection stopped it.
 """
 
 from __future__ import annotations
@@ -26,8 +24,6 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-
-import numpy as np
 
 from specllama.engine.drafters import Draft, Drafter
 from specllama.engine.sampling import SamplingParams
@@ -75,7 +71,6 @@ class DraftAhead:
         context: Sequence[int],
         n: int,
         params: SamplingParams,
-        rng: np.random.Generator,
         *,
         source: str,
         min_confidence: float | None,
@@ -83,12 +78,11 @@ class DraftAhead:
         """Draft up to `n` tokens after `context` (the round's context and its draft) on the
         worker thread, while the caller verifies."""
         assert self._running is None, "one draft ahead at a time"
-        own_rng = np.random.default_rng(int(rng.integers(2**63)))
         stop = threading.Event()
         if self._pool is None:
             self._pool = ThreadPoolExecutor(1, thread_name_prefix="specllama-draft-ahead")
         future = self._pool.submit(
-            _draft, drafter, list(context), n, params, own_rng, source, min_confidence, stop
+            _draft, drafter, list(context), n, params, source, min_confidence, stop
         )
         self._running = _Running(future, stop, len(context))
 
@@ -124,7 +118,7 @@ class DraftAhead:
 
 def carried(ahead: Draft) -> Draft:
     """The next round's draft: what the draft ahead made after its guess of the target's
-    token, each token with the q it was drawn from."""
+    token."""
     return ahead[1:]
 
 
@@ -133,13 +127,12 @@ def _draft(
     context: list[int],
     n: int,
     params: SamplingParams,
-    rng: np.random.Generator,
     source: str,
     min_confidence: float | None,
     stop: threading.Event,
 ) -> tuple[Draft, float]:
     before = drafter.decode_seconds
     draft = drafter.propose(
-        context, n, params, rng, source=source, min_confidence=min_confidence, stop=stop
+        context, n, params, source=source, min_confidence=min_confidence, stop=stop
     )
     return draft, drafter.decode_seconds - before

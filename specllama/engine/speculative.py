@@ -7,11 +7,19 @@ last one (the "pending" token). A round feeds [pending, d1..dk] in ONE decode an
 all k+1 positions: row i is the target's distribution for the token after position i, so row i
 checks draft token d(i+1), and row k gives a bonus token when every draft token is accepted.
 
-Convention for sampling (Leviathan et al. 2023; Chen et al. 2023): p is the TARGET's probability
-and q the DRAFT's, both after the same temperature/top-k/top-p/min-p transform. A draft token x
-is accepted with probability min(1, p(x) / q(x)); on rejection the replacement is drawn from
-norm(max(p - q, 0)). A deterministic draft (greedy draft model, n-gram) has q = one-hot(x).
-The emitted tokens then follow p exactly.
+Sampling (temperature > 0) is drafter-invariant (Daliri, Musco, Suresh 2024): the token at
+position t is `sampling.draw`, the Gumbel-max argmax(log p_t + G(seed, t, .)) with p_t the
+TARGET's distribution after temperature/top-k/top-p/min-p and noise that is a pure function of
+the seed, t and the token. That is how the target alone samples. A round accepts a draft token
+iff it equals the target's own draw at its position, and emits the target's draw at the first
+mismatch (or, when all are accepted, at the position after the last): every emitted token is
+the target-alone token, whatever was drafted, so the text follows p exactly (Gumbel-max) and a
+seed gives the same text with any drafter, draft length, controller, pipelining and cache.
+Greedy (temperature 0) is the same rule with argmax for the draw. A deterministic draft
+(n-gram, greedy draft model) is accepted with probability p(x), as under the rejection rule;
+a sampled draft model drafts with the same noise on its own q, so it hits the target's draw
+at least (1 - TV)/(1 + TV) of the time (TV: the total variation between q and p), nearly what
+any coupling without communication can.
 
 When the controller asks for it (`pipelined`), the draft model drafts the next round while the
 target verifies (`specllama.engine.pipeline`); a round then may start with its draft already made.
@@ -29,40 +37,27 @@ from specllama.engine.control import MODEL, DraftController, FixedLength, kind_o
 from specllama.engine.drafters import Draft, Drafter
 from specllama.engine.events import Event, FinishEvent, RoundEvent, TokenEvent
 from specllama.engine.pipeline import DraftAhead
-from specllama.engine.sampling import (
-    Distribution,
-    SamplingParams,
-    argmax,
-    make_rng,
-    probabilities,
-    residual,
-    sample,
-)
+from specllama.engine.sampling import SamplingParams, draw
 from specllama.engine.stats import GenerationStats
 from specllama.errors import ContextOverflowError, UsageError
 from specllama.llama.backend import LlamaBackend
 
 
-def verify(rows: np.ndarray, draft: Draft, params: SamplingParams, rng: np.random.Generator):
+def verify(
+    rows: np.ndarray, draft: Draft, params: SamplingParams, position: int
+) -> tuple[int, int]:
     """Check the draft against the target's logits rows; return (n_accepted, next_token).
 
-    rows[i] is the target's logits for the position of draft.tokens[i]; rows[len(draft)] is for
-    the position after the last draft token.
+    rows[i] is the target's logits for the token at `position + i` (the position of
+    draft.tokens[i]); rows[len(draft)] is for the position after the last draft token. The
+    target draws at each position as it would alone, and a draft token is kept iff it is
+    that draw.
     """
-    if params.greedy:
-        for i, x in enumerate(draft.tokens):
-            best = argmax(rows[i])
-            if best != x:
-                return i, best
-        return len(draft), argmax(rows[len(draft)])
-
     for i, x in enumerate(draft.tokens):
-        p = probabilities(rows[i], params)
-        q = draft.q[i] if draft.q is not None else Distribution.one_hot(x)
-        if rng.random() < min(1.0, p[x] / q[x]):
-            continue
-        return i, sample(residual(p, q), rng)
-    return len(draft), sample(probabilities(rows[len(draft)], params), rng)
+        own = draw(rows[i], params, position + i)
+        if own != x:
+            return i, own
+    return len(draft), draw(rows[len(draft)], params, position + len(draft))
 
 
 def check_prompt_fits(prompt: Sequence[int], n_ctx: int) -> None:
@@ -82,10 +77,10 @@ def generate(
     *,
     max_tokens: int,
     controller: DraftController | None = None,
-    rng: np.random.Generator | None = None,
 ) -> Iterator[Event]:
     """Generate after `prompt`; yield TokenEvent per emitted token, RoundEvent per round, and
     one FinishEvent last. Reuses whatever prefix of `prompt` the target has already evaluated.
+    A sampled generation without a seed draws one; the FinishEvent's stats report it.
     """
     if not prompt:
         raise UsageError("the prompt is empty")
@@ -93,9 +88,9 @@ def generate(
         raise UsageError(f"max tokens must be at least 1, got {max_tokens}")
     check_prompt_fits(prompt, target.n_ctx)
     controller = controller or FixedLength(0)
-    rng = rng if rng is not None else make_rng(params)
+    params = params.with_seed()
     context = list(prompt)
-    stats = GenerationStats(drafter=drafter.name, n_prompt=len(prompt))
+    stats = GenerationStats(drafter=drafter.name, n_prompt=len(prompt), seed=params.effective_seed)
 
     started = time.perf_counter()
     target.sync(context[:-1])
@@ -119,7 +114,7 @@ def generate(
             )
             k = max(0, min(k, left - 1, room))
             plan = _Plan(source, k, _ahead_max(controller, source, k, left, room))
-            round_ = _round(target, drafter, context, plan, controller, params, rng, ahead)
+            round_ = _round(target, drafter, context, plan, controller, params, ahead)
             event = replace(round_.event, wall_s=time.perf_counter() - round_started)
             controller.observe(event)
             stats.record_round(event.n_drafted, event.n_accepted)
@@ -178,15 +173,14 @@ def _round(
     plan: _Plan,
     controller: DraftController,
     params: SamplingParams,
-    rng: np.random.Generator,
     ahead: DraftAhead,
 ) -> _Round:
-    draft, draft_s, carried = _draft(drafter, context, plan, controller, params, rng, ahead)
+    draft, draft_s, carried = _draft(drafter, context, plan, controller, params, ahead)
     if plan.ahead_max and draft.tokens and not target.is_eog(draft.tokens[-1]):
         tokens = [*context, *draft.tokens]
         p_min = controller.min_confidence
         ahead.start(
-            drafter, tokens, plan.ahead_max, params, rng, source=plan.source, min_confidence=p_min
+            drafter, tokens, plan.ahead_max, params, source=plan.source, min_confidence=p_min
         )
 
     target_clock = target.decode_seconds
@@ -194,7 +188,7 @@ def _round(
     rows = target.decode(batch, range(len(batch)), copy=False)  # read before the next decode
     target_s = target.decode_seconds - target_clock
 
-    n_accepted, next_token = verify(rows, draft, params, rng)
+    n_accepted, next_token = verify(rows, draft, params, len(context))
     # Keep pending + accepted drafts evaluated; next_token becomes the new pending token.
     target.rollback(len(context) + n_accepted)
     report = ahead.finish(n_accepted == len(draft), next_token)  # empty if none was started
@@ -218,7 +212,6 @@ def _draft(
     plan: _Plan,
     controller: DraftController,
     params: SamplingParams,
-    rng: np.random.Generator,
     ahead: DraftAhead,
 ) -> tuple[Draft, float, bool]:
     """The round's draft, the seconds it took to make, and whether it was made ahead last
@@ -231,5 +224,5 @@ def _draft(
         return Draft(), 0.0, False
     clock = drafter.decode_seconds
     p_min = controller.min_confidence
-    draft = drafter.propose(context, plan.k, params, rng, source=plan.source, min_confidence=p_min)
+    draft = drafter.propose(context, plan.k, params, source=plan.source, min_confidence=p_min)
     return draft, drafter.decode_seconds - clock, False

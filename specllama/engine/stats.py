@@ -26,6 +26,8 @@ class GenerationStats:
     # Of draft_s, what ran beside the target's verify (pipelined drafting): off the clock.
     draft_hidden_s: float = 0.0
     finish_reason: str = ""
+    # The seed the sampling noise was keyed with (drawn when none was given); None: greedy.
+    seed: int | None = None
 
     def record_round(self, n_drafted: int, n_accepted: int) -> None:
         self.n_rounds += 1
@@ -94,6 +96,7 @@ class GenerationStats:
             "draft_hidden_s": round(self.draft_hidden_s, 4),
             "overhead_ms_per_round": round(self.overhead_ms_per_round, 4),
             "finish_reason": self.finish_reason,
+            "seed": self.seed,
         }
 
 

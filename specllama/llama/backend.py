@@ -297,6 +297,15 @@ class LlamaBackend(EvaluatedTokens):
         ctx_params.n_ubatch = n_batch
         ctx_params.n_threads = threads
         ctx_params.n_threads_batch = threads
+        # A model stored all in F32 is there for exact arithmetic: its KV cache stays F32 too,
+        # without flash attention (which takes K and V in F16). Batched and one-token decodes
+        # then agree to ~2e-5 in the logits instead of ~1e-2 (SmolLM2-135M, measured), so a
+        # greedy or seeded sampled speculative run writes the target alone's tokens.
+        n_params = llama_cpp.llama_model_n_params(self._model)
+        self.exact = llama_cpp.llama_model_size(self._model) == 4 * n_params  # 4 bytes each
+        if self.exact:
+            ctx_params.type_k = ctx_params.type_v = llama_cpp.GGML_TYPE_F32
+            ctx_params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
         with self._waiting():
             self._ctx = llama_cpp.llama_init_from_model(self._model, ctx_params)
         if not self._ctx:

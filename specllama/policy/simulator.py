@@ -337,7 +337,7 @@ def record_trace(
     for i in range(n):
         if lookup.sources(context):
             match[i], unanimous[i] = lookup.match.length, lookup.match.unanimous
-            proposal = lookup.propose(context, offer_max, SamplingParams(0.0), None).tokens
+            proposal = lookup.propose(context, offer_max, SamplingParams(0.0)).tokens
             offer[i] = len(proposal)
             run[i] = _agreeing(proposal, answer[i:])
         context.append(answer[i])

@@ -215,7 +215,8 @@ def answer(engine: Engine, work: Work, cancelled: threading.Event) -> Iterator[O
     finish: FinishEvent | None = None
     pending = ""  # this round's text so far
     to_come = 0  # this round's tokens not seen yet
-    events = engine.generate(work.prompt, work.params, max_tokens=work.max_tokens)
+    params = work.params.with_seed()  # drawn here, so that an answer cut short reports it too
+    events = engine.generate(work.prompt, params, max_tokens=work.max_tokens)
     try:
         for event in events:
             if cancelled.is_set():
@@ -240,6 +241,7 @@ def answer(engine: Engine, work: Work, cancelled: threading.Event) -> Iterator[O
 
     if finish is None:  # a stop string ended it
         stats = counter.snapshot("stop_string")
+        stats.seed = params.effective_seed
     else:
         stats = finish.stats
         pending += stops.feed(text.flush()) + stops.flush()

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specllama.chat import Message
+from specllama.engine.noise import SEED_LIMIT
 from specllama.engine.sampling import SamplingParams
 
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # the OpenAI reference's default for /v1/completions
@@ -180,7 +181,7 @@ def _sampling(fields: _Fields) -> dict[str, Any]:
         "top_p": fields.number("top_p", minimum=0, maximum=1),
         "top_k": fields.int("top_k", minimum=0),
         "min_p": fields.number("min_p", minimum=0, maximum=1, below_maximum=True),
-        "seed": fields.int("seed", minimum=RANDOM_SEED),
+        "seed": fields.int("seed", minimum=RANDOM_SEED, maximum=SEED_LIMIT - 1),
     }
     if chosen["top_p"] == 0:  # the smallest set of tokens with mass 0: the likeliest alone
         chosen.update(top_p=None, temperature=0.0)
@@ -325,9 +326,9 @@ class _Fields:
             raise _invalid_type(self._path(name), expected, value)
         return value
 
-    def int(self, name: str, *, minimum: int) -> int | None:
+    def int(self, name: str, *, minimum: int, maximum: int | None = None) -> int | None:
         value = self.get(name, int, "an integer")
-        self._check_range(name, value, minimum)
+        self._check_range(name, value, minimum, maximum)
         return value
 
     def number(

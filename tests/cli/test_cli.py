@@ -65,6 +65,32 @@ def test_json_has_the_contract_fields(pair):
     assert data["drafter"] == "model" and data["n_drafted"] >= data["n_accepted"]
 
 
+SAMPLING = ["--temperature", "0.9", "--top-k", "40", "--top-p", "0.95", "--min-p", "0.05"]
+
+
+def test_a_sampled_answer_reports_its_seed_which_reproduces_it_with_any_drafter(pair):
+    """No --seed: one is drawn and reported (--json, and the summary line); with it, the
+    target alone and --fixed write the same text as the adaptive default did."""
+    first = invoke("Tell me a story.", *pair, "-n", "24", "--json", *SAMPLING)
+    assert first.exit_code == 0, first.output
+    data = json.loads(first.stdout)
+    seed = data["seed"]
+    assert isinstance(seed, int)
+    for drafter in (["--drafter", "none"], ["--fixed"]):
+        again = invoke("Tell me a story.", *pair, "-n", "24", "--seed", seed, *SAMPLING, *drafter)
+        assert again.exit_code == 0, again.output
+        assert again.stdout == data["text"] + "\n"
+        assert f"seed {seed}" in " ".join(again.stderr.split())  # wrapped at the width
+    greedy = json.loads(invoke("Say hello.", *pair, "-n", "4", "--json", "--seed", "5").stdout)
+    assert greedy["seed"] is None  # greedy draws nothing
+
+
+@pytest.mark.parametrize("value", ["-1", str(2**64)])
+def test_a_seed_outside_64_bits_is_a_usage_error(smol_q4, value):
+    result = invoke("hi", "--target", smol_q4, "--seed", value, "--temperature", "0.5")
+    assert_one_line_error(result, 2, "seed must be in [0, 2**64)")
+
+
 def test_ngram_drafter_without_a_draft_model(smol_f32):
     code = "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n"
     result = invoke(

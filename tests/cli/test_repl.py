@@ -110,6 +110,35 @@ def test_greedy_chat_answer_equals_the_target_alone(engine: Engine):
     assert alone.target_rate.known
 
 
+@pytest.mark.parametrize(
+    "params",
+    [
+        SamplingParams(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05),
+        SamplingParams(temperature=1.2, top_k=100, top_p=0.9, min_p=0.02),
+    ],
+    ids=["t0.8", "t1.2"],
+)
+def test_a_sampled_second_turn_that_reuses_the_cache_equals_the_target_alone(engine, params):
+    """With a seed, the second turn of a chat (drafted, the first turn from the KV cache) is
+    what the target alone writes for the same conversation from an empty cache."""
+    questions = ("Name a colour.", "Name another one, and say why.")
+    for seed in range(3):
+        seeded = dataclasses.replace(params, seed=seed)
+        chat = session_on(engine, params=seeded, max_tokens=16)
+        first = chat.answer(questions[0])
+        second = chat.answer(questions[1])
+        assert second.n_prompt_reused > first.n_prompt
+        assert second.stats.seed == seed and second.stats.n_drafted > 0
+
+        alone = session_on(engine, params=seeded, max_tokens=16)  # an empty cache
+        alone.handle("/drafter none")
+        alone.conversation.add_user(questions[0])
+        alone.conversation.add_assistant(first.text)
+        again = alone.answer(questions[1])
+        assert again.n_prompt_reused == 0 and again.stats.n_drafted == 0
+        assert again.text == second.text
+
+
 class InterruptingView(ChatView):
     """Sends itself a real SIGINT (what Ctrl-C does) once a few tokens have streamed."""
 

@@ -4,6 +4,7 @@ on an F32 target; and after rejections each context equals a fresh evaluation.""
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -147,44 +148,80 @@ def test_contexts_equal_a_fresh_evaluation_after_rejections(
         assert_equals_a_fresh_evaluation(draft_model, smol_draft)
 
 
-def test_sampled_generation_is_reproducible_with_a_seed(smol_f32, smol_q4):
-    # A fixed draft length: the adaptive controller's choices follow measured timings, and
-    # which tokens get drafted changes how the random stream is consumed.
-    config = EngineConfig(
-        target=smol_f32, draft=smol_q4, drafter="model", n_ctx=512, adaptive=False
-    )
-    params = SamplingParams(temperature=0.8, top_k=40, top_p=0.95, seed=1234)
-    with Engine(config) as engine:
-        prompt = engine.prompt_tokens([Message("user", "Tell me a story about a robot.")])
-        runs = [
-            [
+# -- sampling: the target alone's text, whatever drafts ------------------------------------------
+
+# Two temperatures with every filter set, and the whole vocabulary as the support (top-k 0,
+# top-p 1: the draw then prunes by the noise's bound alone). A top-p below 1 over the whole
+# vocabulary sorts 49,152 probabilities per position: left out, for time.
+SAMPLINGS = [
+    SamplingParams(temperature=0.7, top_k=40, top_p=0.95, min_p=0.05),
+    SamplingParams(temperature=1.3, top_k=200, top_p=0.9, min_p=0.02),
+    SamplingParams(temperature=1.0, top_k=0),
+]
+SEEDS = range(4)
+SAMPLED_TOKENS = 24
+
+
+def sampled_tokens(target, drafter, prompt, params, controller):
+    """The tokens and the rounds of one sampled generation."""
+    tokens, rounds = [], []
+    for event in generate(
+        target, drafter, prompt, params, max_tokens=SAMPLED_TOKENS, controller=controller
+    ):
+        if isinstance(event, TokenEvent):
+            tokens.append(event.token)
+        elif isinstance(event, RoundEvent):
+            rounds.append(event)
+    return tokens, rounds
+
+
+@pytest.mark.parametrize(
+    "params", SAMPLINGS, ids=["t0.7-k40-p.95-m.05", "t1.3-k200-p.9-m.02", "t1-all"]
+)
+def test_sampled_output_equals_the_target_alone_whatever_drafts(
+    target, smol_f32, smol_q4, smol_draft, prompts, params
+):
+    """For each seed, on the strict F32 target: the default (adaptive, n-gram and draft model),
+    the draft models at fixed lengths, n-gram lookup and pipelined drafting all write the
+    target alone's tokens."""
+    config = EngineConfig(target=smol_f32, draft=smol_q4, drafter="model", n_ctx=1024)
+    with (
+        Engine(config) as default,
+        LlamaBackend(smol_q4, n_ctx=1024) as q4,
+        LlamaBackend(smol_draft, n_ctx=1024) as layers4,
+    ):
+        ways = {
+            "model-q4-k4": lambda: (DraftModelDrafter(q4), FixedLength(4)),
+            "model-4layers-k2": lambda: (DraftModelDrafter(layers4), FixedLength(2)),
+            "ngram-k4": lambda: (NgramDrafter(), FixedLength(4)),
+            "pipelined-q4-k3": lambda: (DraftModelDrafter(q4), FixedLength(3, pipelined=True)),
+        }
+        drafted = Counter()
+        for seed in SEEDS:
+            seeded = replace(params, seed=seed)
+            prompt = prompts[seed % len(prompts)]
+            alone, _ = sampled_tokens(target, NoDrafter(), prompt, seeded, FixedLength(0))
+            for name, make in ways.items():
+                drafter, controller = make()
+                tokens, rounds = sampled_tokens(target, drafter, prompt, seeded, controller)
+                assert tokens == alone, (name, seed)
+                drafted[name] += sum(r.n_drafted for r in rounds)
+                drafted[f"{name} accepted"] += sum(r.n_accepted for r in rounds)
+            tokens = [
                 e.token
-                for e in engine.generate(prompt, params, max_tokens=24)
+                for e in default.generate(prompt, seeded, max_tokens=SAMPLED_TOKENS)
                 if isinstance(e, TokenEvent)
             ]
-            for _ in range(2)
-        ]
-    assert runs[0] == runs[1] and len(runs[0]) > 0
+            assert tokens == alone, ("default", seed)
+    # Each way drafted, and had drafts both kept and rejected: the paths of the loop all ran.
+    for name in ways:
+        assert 0 < drafted[f"{name} accepted"] < drafted[name], (name, drafted)
 
 
-def test_pipelined_sampling_is_reproducible_with_a_seed(target, smol_q4, prompts):
-    """A draft ahead stopped early draws less from its own generator, never from the loop's."""
-    params = SamplingParams(temperature=0.8, top_k=40, top_p=0.95)
-    with LlamaBackend(smol_q4, n_ctx=1024) as draft_model:
-        drafter = DraftModelDrafter(draft_model)
-        runs = []
-        for _ in range(2):
-            events = list(
-                generate(
-                    target,
-                    drafter,
-                    prompts[0],
-                    params,
-                    max_tokens=32,
-                    controller=FixedLength(3, pipelined=True),
-                    rng=np.random.default_rng(1234),
-                )
-            )
-            runs.append([e.token for e in events if isinstance(e, TokenEvent)])
-            assert any(e.carried for e in events if isinstance(e, RoundEvent))
-    assert runs[0] == runs[1] and len(runs[0]) > 8
+def test_a_sampled_answer_differs_between_seeds_and_repeats_with_one(target, prompts):
+    params = SAMPLINGS[0]
+    runs = [
+        sampled_tokens(target, NoDrafter(), prompts[0], replace(params, seed=s), FixedLength(0))[0]
+        for s in (1, 2, 1)
+    ]
+    assert runs[0] == runs[2] and runs[0] != runs[1]

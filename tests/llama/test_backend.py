@@ -55,10 +55,17 @@ def test_batched_and_one_by_one_evaluation_agree_on_f32(f32):
     batched = f32.decode(tokens, range(len(tokens)))
     f32.rollback(0)
     single = np.stack([f32.decode([t], [0])[0] for t in tokens])
-    # Not bit-identical (different kernels and summation orders), but close, and the
-    # argmax, which greedy verification compares, is the same.
-    np.testing.assert_allclose(batched, single, atol=0.05)
+    # Not bit-identical (different kernels and summation orders), but close: an all-F32
+    # model keeps its KV cache in F32 too (with F16 K and V the gap is ~1e-2, enough for a
+    # sampled draw near a tie to part), and the argmax is the same.
+    assert f32.exact
+    np.testing.assert_allclose(batched, single, atol=1e-3)
     assert (batched.argmax(axis=1) == single.argmax(axis=1)).all()
+
+
+def test_a_quantised_model_keeps_the_default_kv_cache(smol_q4):
+    with LlamaBackend(smol_q4, n_ctx=256) as q4:
+        assert not q4.exact
 
 
 def test_rollback_then_new_tokens_equals_fresh_evaluation(f32, smol_f32):

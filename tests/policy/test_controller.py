@@ -254,7 +254,6 @@ def run_loop(target, drafter, controller, prompt=(0, 1), max_tokens=60):
             SamplingParams(temperature=0.0),
             max_tokens=max_tokens,
             controller=controller,
-            rng=np.random.default_rng(0),
         )
     )
     tokens = [e.token for e in events if isinstance(e, TokenEvent)]
@@ -313,4 +312,4 @@ def test_ngram_drafter_offers_its_match_length():
     drafter = NgramDrafter()
     assert drafter.sources([1, 2, 3]) == []
     assert drafter.sources([1, 2, 3, 9, 1, 2, 3]) == [("ngram3", 0)]
-    assert drafter.propose([1, 2, 3, 9, 1, 2, 3], 2, SamplingParams(0.0), None).tokens == [9, 1]
+    assert drafter.propose([1, 2, 3, 9, 1, 2, 3], 2, SamplingParams(0.0)).tokens == [9, 1]

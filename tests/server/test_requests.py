@@ -62,6 +62,7 @@ def test_sampling_params_are_the_server_defaults_with_what_the_client_set():
     )
     assert chat(top_p=0, temperature=1.0).sampling_params(defaults).greedy
     assert chat(seed=-1).sampling == {}  # llama.cpp's "no seed"
+    assert chat(seed=2**64 - 1).sampling == {"seed": 2**64 - 1}
 
 
 def test_completion_defaults_to_16_tokens_as_the_openai_reference():
@@ -130,6 +131,8 @@ def test_an_unknown_parameter_is_named():
         ({"model": None}, "model", "missing_required_parameter"),
         ({"stream_options": {"include_usage": True}}, "stream_options", "invalid_value"),
         ({"stop": "x" * 300}, "stop", "invalid_value"),
+        ({"seed": -2}, "seed", "invalid_value"),
+        ({"seed": 2**64}, "seed", "invalid_value"),  # the noise's key is 64 bits
     ],
 )
 def test_wrong_values_and_types_name_the_parameter(fields, param, code):

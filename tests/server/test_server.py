@@ -229,13 +229,42 @@ def test_a_continued_conversation_reuses_the_cached_prefix(server: Server):
     assert cached < second.usage.prompt_tokens
 
 
-def test_sampling_with_a_seed_repeats(server: Server):
-    """--fixed draws the random numbers the same way each time (the README says why)."""
-    answers = {
-        chat(server, "Tell me a story.", 16, temperature=1.0, seed=7).choices[0].message.content
-        for _ in range(2)
-    }
-    assert len(answers) == 1
+SAMPLED = [
+    {"temperature": 0.8, "top_p": 0.95, "extra_body": {"top_k": 40, "min_p": 0.05}},
+    {"temperature": 1.2, "top_p": 0.9, "extra_body": {"top_k": 100, "min_p": 0.02}},
+]
+
+
+def run_options(sampling: dict, seed: int) -> list[str]:
+    """The `specllama run` options for a request's sampling fields."""
+    extra = sampling["extra_body"]
+    return [
+        *("--temperature", str(sampling["temperature"]), "--top-p", str(sampling["top_p"])),
+        *("--top-k", str(extra["top_k"]), "--min-p", str(extra["min_p"]), "--seed", str(seed)),
+    ]
+
+
+@pytest.mark.parametrize("sampling", SAMPLED, ids=["t0.8", "t1.2"])
+def test_a_sampled_answer_with_a_seed_equals_run_with_the_target_alone(server, sampling):
+    """The seed means the answer: the server (drafting with the model every round) writes what
+    `specllama run --drafter none` writes with the same seed and sampling fields."""
+    for seed in (3, 11):
+        answer = chat(server, PROMPT, 24, seed=seed, **sampling)
+        stats = answer.model_extra["specllama"]
+        assert stats["seed"] == seed and stats["n_drafted"] > 0
+        alone = json.loads(run_target_alone(PROMPT, 24, "--json", *run_options(sampling, seed))[-1])
+        assert answer.choices[0].message.content == alone["text"]
+        assert alone["seed"] == seed
+
+
+def test_a_sampled_answer_without_a_seed_reports_the_one_it_drew(server: Server):
+    sampling = SAMPLED[0]
+    first = chat(server, PROMPT, 16, **sampling)
+    seed = first.model_extra["specllama"]["seed"]
+    assert isinstance(seed, int)
+    again = chat(server, PROMPT, 16, seed=seed, **sampling)
+    assert again.choices[0].message.content == first.choices[0].message.content
+    assert chat(server, PROMPT, 16).model_extra["specllama"]["seed"] is None  # greedy
 
 
 # -- stop strings -------------------------------------------------------------------------------
