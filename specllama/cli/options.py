@@ -87,8 +87,8 @@ Target = Annotated[
     typer.Option(
         "--target",
         "-t",
-        help="Target: catalogue name, .gguf path, hf:owner/repo/file, ollama:NAME[:TAG] or "
-        "lmstudio:PUBLISHER/REPO[/FILE].",
+        help="Target: catalogue name, .gguf path, hf:owner/repo/file, ollama:NAME\\[:TAG] or "
+        "lmstudio:PUBLISHER/REPO\\[/FILE].",
     ),
 ]
 Draft = Annotated[
