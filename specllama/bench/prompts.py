@@ -102,3 +102,19 @@ def _parse_prompt(entry: object, where: str, default_id: str) -> BenchPrompt:
     if not isinstance(prompt_id, str):
         raise UsageError(f"{where}: `id` must be a string")
     return BenchPrompt(prompt_id, category.strip(), tuple(messages), max_tokens)
+
+
+def select_prompts(
+    prompts: list[BenchPrompt], categories: list[str] | None, limit: int | None
+) -> list[BenchPrompt]:
+    """The prompts of these categories (all when None), the first `limit` of them."""
+    if categories:
+        known = {p.category for p in prompts}
+        missing = [c for c in categories if c not in known]
+        if missing:
+            raise UsageError(
+                f"no prompts in category {', '.join(missing)}",
+                hint=f"categories: {', '.join(sorted(known))}",
+            )
+        prompts = [p for p in prompts if p.category in categories]
+    return prompts if limit is None else prompts[: max(limit, 1)]

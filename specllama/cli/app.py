@@ -1,23 +1,22 @@
 """The command line: thin Typer commands that parse options and call the layers below.
 
-Options, error handling and model resolution shared by the commands live in `cli_options`.
+Options, error handling and model resolution shared by the commands live in `options`; the
+longer commands have a module each (`bench_cmd`, `serve_cmd`, `local_cmd` for `models --local`).
 """
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from specllama.chat import Message
-from specllama.cli import catalog_view, local_cmd, ui
+from specllama.cli import bench_cmd, catalog_view, local_cmd, serve_cmd, ui
 from specllama.cli.catalog_view import download_progress
 from specllama.cli.options import (
     Adaptive,
     AddDirs,
-    Configs,
     Ctx,
     Dirs,
     Draft,
@@ -35,7 +34,6 @@ from specllama.cli.options import (
     NoColor,
     NoTemplate,
     PairOpt,
-    PromptsFile,
     Record,
     RemoveDirs,
     Rpc,
@@ -53,7 +51,6 @@ from specllama.cli.options import (
     fetch_model,
     friendly_errors,
     read_prompt,
-    served_name,
     workers_option,
 )
 from specllama.engine.events import FinishEvent, TokenEvent
@@ -62,7 +59,7 @@ from specllama.engine.speculative import check_prompt_fits
 from specllama.errors import UsageError
 from specllama.llama import amx
 from specllama.llama.backend import build_facts
-from specllama.llama.rpc import DEFAULT_PORT, check_workers, is_loopback
+from specllama.llama.rpc import DEFAULT_PORT, check_workers
 from specllama.models import hub
 from specllama.models.catalog import load_catalog
 from specllama.models.hardware import doctor_report, pair_rows, smallest_quantised_model
@@ -327,191 +324,5 @@ def doctor(json_out: JsonOut = False) -> None:
         catalog_view.show(catalog_view.doctor_table(report, calibrations))
 
 
-@app.command()
-@friendly_errors
-def bench(
-    pair: PairOpt = None,
-    target: Target = None,
-    draft: Draft = None,
-    draft_max: DraftMax = None,
-    gpu_layers: GpuLayers = None,
-    gpu_layers_draft: GpuLayersDraft = None,
-    ctx: Ctx = 4096,
-    threads: Threads = None,
-    extra_buffers: ExtraBuffers = None,
-    rpc: Rpc = None,
-    temperature: Temperature = 0.0,
-    top_k: TopK = 40,
-    top_p: TopP = 1.0,
-    min_p: MinP = 0.0,
-    seed: Seed = None,
-    max_tokens: MaxTokens = 128,
-    adaptive: Adaptive = True,
-    prompts: PromptsFile = None,
-    configs: Configs = "target,model:2,model:4,ngram:8,adaptive",
-    category: Annotated[
-        list[str] | None, typer.Option("--category", help="Only these categories (repeatable).")
-    ] = None,
-    limit: Annotated[int | None, typer.Option("--limit", help="At most N prompts.")] = None,
-    repeats: Annotated[int, typer.Option("--repeats", help="Rounds per prompt.")] = 2,
-    warmup: Annotated[bool, typer.Option("--warmup/--no-warmup", help="One warm-up round.")] = True,
-    json_file: Annotated[
-        Path | None, typer.Option("--json", help="Write the full results as JSON to FILE.")
-    ] = None,
-    plot_file: Annotated[
-        Path | None, typer.Option("--plot", help="Write a PNG plot (needs specllama[plot]).")
-    ] = None,
-) -> None:
-    """Target alone vs. speculative configurations, interleaved, on the same prompts."""
-    from specllama.bench import report as bench_report
-    from specllama.bench import runner as bench_mod
-    from specllama.bench.prompts import load_prompts
-
-    if plot_file is not None:
-        bench_report.check_plot_support()
-    check_max_tokens(max_tokens)
-    chosen = load_prompts(prompts)
-    if category:
-        known = {p.category for p in chosen}
-        missing = [c for c in category if c not in known]
-        if missing:
-            raise UsageError(
-                f"no prompts in category {', '.join(missing)}",
-                hint=f"categories: {', '.join(sorted(known))}",
-            )
-        chosen = [p for p in chosen if p.category in category]
-    if limit is not None:
-        chosen = chosen[: max(limit, 1)]
-    params = SamplingParams(temperature, top_k, top_p, min_p, seed)
-    config = engine_config(
-        pair=pair,
-        target=target,
-        draft=draft,
-        drafter=None,
-        draft_max=draft_max,
-        ctx=ctx,
-        gpu_layers=gpu_layers,
-        gpu_layers_draft=gpu_layers_draft,
-        threads=threads,
-        extra_buffers=extra_buffers,
-        adaptive=adaptive,
-        rpc_workers=rpc,
-    )
-    plan = bench_mod.parse_configs(
-        configs,
-        has_draft=config.draft is not None,
-        draft_max=config.draft_max,
-        adaptive_draft_max=config.adaptive_draft_max,
-        adaptive=adaptive,
-    )
-    console = ui.stderr_console()
-    with Engine(config) as engine:
-        if any(c.adaptive for c in plan):
-            calibrate_with_notice(engine)
-        with bench_report.progress_bar(console) as progress:
-            result = bench_mod.run_bench(
-                engine,
-                chosen,
-                plan,
-                params,
-                max_tokens=max_tokens,
-                repeats=repeats,
-                warmup=warmup,
-                progress=progress,
-            )
-    report = bench_mod.to_json(result)
-    bench_report.print_report(report)
-    if json_file is not None:
-        json_file.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
-        console.print(f"[dim]results written to {json_file}[/dim]")
-    if plot_file is not None:
-        bench_report.write_plot(report, plot_file)
-        console.print(f"[dim]plot written to {plot_file}[/dim]")
-
-
-@app.command()
-@friendly_errors
-def serve(
-    pair: PairOpt = None,
-    target: Target = None,
-    draft: Draft = None,
-    drafter: DrafterOpt = None,
-    draft_max: DraftMax = None,
-    gpu_layers: GpuLayers = None,
-    gpu_layers_draft: GpuLayersDraft = None,
-    ctx: Ctx = 4096,
-    threads: Threads = None,
-    extra_buffers: ExtraBuffers = None,
-    rpc: Rpc = None,
-    adaptive: Adaptive = True,
-    temperature: Annotated[
-        float, typer.Option("--temperature", help="For requests that set none (0 = greedy).")
-    ] = 0.0,
-    top_k: TopK = 40,
-    top_p: TopP = 1.0,
-    min_p: MinP = 0.0,
-    host: Annotated[
-        str, typer.Option("--host", help="Address to listen on (0.0.0.0: every interface).")
-    ] = "127.0.0.1",
-    port: Annotated[
-        int, typer.Option("--port", min=0, max=65535, help="Port to listen on (0: a free one).")
-    ] = 8080,
-    api_key: Annotated[
-        str | None,
-        typer.Option(
-            "--api-key",
-            envvar="SPECLLAMA_API_KEY",
-            show_default=False,
-            help="Require 'Authorization: Bearer KEY' on every /v1 request.",
-        ),
-    ] = None,
-    queue: Annotated[
-        int,
-        typer.Option("--queue", min=0, help="Requests that may wait behind the running one."),
-    ] = 8,
-) -> None:
-    """An OpenAI-compatible HTTP server (chat and text completions) over the pair."""
-    from specllama.server import app as server
-
-    defaults = SamplingParams(temperature, top_k, top_p, min_p)
-    if api_key is not None and not api_key.strip():
-        raise UsageError("--api-key is empty", hint="give a key, or leave the option out")
-    config = engine_config(
-        pair=pair,
-        target=target,
-        draft=draft,
-        drafter=drafter,
-        draft_max=draft_max,
-        ctx=ctx,
-        gpu_layers=gpu_layers,
-        gpu_layers_draft=gpu_layers_draft,
-        threads=threads,
-        extra_buffers=extra_buffers,
-        adaptive=adaptive,
-        rpc_workers=rpc,
-    )
-    # A catalogue pair is served under its name; a --target under its file name (an Ollama or
-    # LM Studio model under its name there: its file name is a digest or a quantisation).
-    model_id = served_name(target, config.target) if target else load_catalog().pair(pair).name
-    settings = server.Settings(model_id, api_key, queue, defaults)
-    console = ui.stderr_console()
-    if api_key is None and not is_loopback(host):
-        ui.print_warning(
-            f"listening on {host} without --api-key: anyone who can reach this machine can "
-            "use the models",
-            console,
-        )
-    sock = server.bind(host, port)  # before loading: a taken port fails at once
-    with console.status("loading models…"):
-        engine = Engine(config)
-    with engine:
-        ui.show_log(server.log, console)  # a line per answer, and errors
-        url, facts = f"{server.url_of(sock)}/v1", server.startup_facts(engine, settings)
-        server.run(
-            engine,
-            settings,
-            sock,
-            prepare=lambda: calibrate_with_notice(engine),  # on the generation thread
-            on_ready=lambda: ui.print_serving(url, facts, console),
-        )
-    console.print("[dim]server stopped[/dim]")
+app.command("bench")(friendly_errors(bench_cmd.bench))
+app.command("serve")(friendly_errors(serve_cmd.serve))

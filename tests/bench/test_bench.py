@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from specllama.bench import report as bench_report
 from specllama.bench import runner as bench
-from specllama.bench.prompts import BenchPrompt, load_prompts
+from specllama.bench.prompts import BenchPrompt, load_prompts, select_prompts
 from specllama.bench.runner import BenchConfig, BenchResult, Run
 from specllama.chat import Message
 from specllama.cli.app import app
@@ -174,6 +174,18 @@ def test_duplicate_ids_and_empty_files_are_refused(tmp_path):
 
 
 # -- configurations ---------------------------------------------------------------------------
+
+
+def test_prompts_selected_by_category_and_limit():
+    prompts = load_prompts()
+    edits = select_prompts(prompts, ["code-editing", "qa"], None)
+    assert {p.category for p in edits} == {"code-editing", "qa"}
+    assert len(edits) == sum(p.category in {"code-editing", "qa"} for p in prompts)
+    assert select_prompts(prompts, None, 3) == prompts[:3]
+    qa = [p for p in prompts if p.category == "qa"]
+    assert select_prompts(prompts, ["qa"], 0) == qa[:1]  # at least one prompt
+    with pytest.raises(UsageError, match="no prompts in category poetry"):
+        select_prompts(prompts, ["qa", "poetry"], None)
 
 
 def test_configurations():

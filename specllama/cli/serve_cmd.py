@@ -1,0 +1,120 @@
+"""`specllama serve`: an OpenAI-compatible HTTP server over the pair."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from specllama.cli import ui
+from specllama.cli.options import (
+    Adaptive,
+    Ctx,
+    Draft,
+    DrafterOpt,
+    DraftMax,
+    ExtraBuffers,
+    GpuLayers,
+    GpuLayersDraft,
+    MinP,
+    PairOpt,
+    Rpc,
+    Target,
+    Threads,
+    TopK,
+    TopP,
+    calibrate_with_notice,
+    engine_config,
+    served_name,
+)
+from specllama.engine.sampling import SamplingParams
+from specllama.errors import UsageError
+from specllama.llama.rpc import is_loopback
+from specllama.models.catalog import load_catalog
+from specllama.session import Engine
+
+
+def serve(
+    pair: PairOpt = None,
+    target: Target = None,
+    draft: Draft = None,
+    drafter: DrafterOpt = None,
+    draft_max: DraftMax = None,
+    gpu_layers: GpuLayers = None,
+    gpu_layers_draft: GpuLayersDraft = None,
+    ctx: Ctx = 4096,
+    threads: Threads = None,
+    extra_buffers: ExtraBuffers = None,
+    rpc: Rpc = None,
+    adaptive: Adaptive = True,
+    temperature: Annotated[
+        float, typer.Option("--temperature", help="For requests that set none (0 = greedy).")
+    ] = 0.0,
+    top_k: TopK = 40,
+    top_p: TopP = 1.0,
+    min_p: MinP = 0.0,
+    host: Annotated[
+        str, typer.Option("--host", help="Address to listen on (0.0.0.0: every interface).")
+    ] = "127.0.0.1",
+    port: Annotated[
+        int, typer.Option("--port", min=0, max=65535, help="Port to listen on (0: a free one).")
+    ] = 8080,
+    api_key: Annotated[
+        str | None,
+        typer.Option(
+            "--api-key",
+            envvar="SPECLLAMA_API_KEY",
+            show_default=False,
+            help="Require 'Authorization: Bearer KEY' on every /v1 request.",
+        ),
+    ] = None,
+    queue: Annotated[
+        int,
+        typer.Option("--queue", min=0, help="Requests that may wait behind the running one."),
+    ] = 8,
+) -> None:
+    """An OpenAI-compatible HTTP server (chat and text completions) over the pair."""
+    from specllama.server import app as server
+
+    defaults = SamplingParams(temperature, top_k, top_p, min_p)
+    if api_key is not None and not api_key.strip():
+        raise UsageError("--api-key is empty", hint="give a key, or leave the option out")
+    config = engine_config(
+        pair=pair,
+        target=target,
+        draft=draft,
+        drafter=drafter,
+        draft_max=draft_max,
+        ctx=ctx,
+        gpu_layers=gpu_layers,
+        gpu_layers_draft=gpu_layers_draft,
+        threads=threads,
+        extra_buffers=extra_buffers,
+        adaptive=adaptive,
+        rpc_workers=rpc,
+    )
+    # A catalogue pair is served under its name; a --target under its file name (an Ollama or
+    # LM Studio model under its name there: its file name is a digest or a quantisation).
+    model_id = served_name(target, config.target) if target else load_catalog().pair(pair).name
+    settings = server.Settings(model_id, api_key, queue, defaults)
+    console = ui.stderr_console()
+    if api_key is None and not is_loopback(host):
+        ui.print_warning(
+            f"listening on {host} without --api-key: anyone who can reach this machine can "
+            "use the models",
+            console,
+        )
+    sock = server.bind(host, port)  # before loading: a taken port fails at once
+    with console.status("loading models…"):
+        engine = Engine(config)
+    with engine:
+        ui.show_log(server.log, console)  # a line per answer, and errors
+        url, facts = f"{server.url_of(sock)}/v1", server.startup_facts(engine, settings)
+        server.run(
+            engine,
+            settings,
+            sock,
+            prepare=lambda: calibrate_with_notice(engine),  # on the generation thread
+            on_ready=lambda: ui.print_serving(url, facts, console),
+        )
+    console.print("[dim]server stopped[/dim]")
