@@ -22,7 +22,7 @@ code) is seen changing. An n-gram source is a lane per match length (`lane_of`);
 
 What rounds cost is learnt as they run (`specllama.policy.costs`), from a calibration that may
 lie: the first round is the target alone, so what every choice is weighed against is seen, and
-no draft is longer than twice the largest batch verified so far (`LiveCosts.draft_limit`).
+no draft is longer than four times the largest batch verified so far (`LiveCosts.draft_limit`).
 
 Decisions rest on that evidence, never on one round:
 

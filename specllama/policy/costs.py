@@ -51,6 +51,8 @@ PIPELINED = "pipelined"  # a draft-model round whose next draft is made while th
 # measured costs (a factor either way).
 _LEARN_RATE = 0.1
 _SCALE_LIMIT = 4.0
+# How much longer than the largest batch seen a draft may be (`LiveCosts.draft_limit`).
+DRAFT_GROWTH = 4
 # Where a move of V redoes the controller's tables.
 _WATCHED_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48)
 
@@ -180,17 +182,23 @@ class LiveCosts:
     @property
     def draft_scale(self) -> float:
         """Observed over measured draft step; until a draft step is seen, the target's ratio
-        for one token: a machine busier (or quieter) than at calibration is so for both."""
+        for one token, within `_SCALE_LIMIT` either way: a machine busier (or quieter) than at
+        calibration is so for both, but not by as much. Beside two busy loops one calibration
+        timed the target's token 92x too slow and the draft's 2-7x: the draft taken 92x
+        cheaper caught up on whole prompts for answers of a few tokens (0.39x)."""
         if self._draft.count:
             return self._draft.value
-        return self.verify_curve.ratio(1) or 1.0
+        ratio = self.verify_curve.ratio(1)
+        return 1.0 if ratio is None else min(max(ratio, 1 / _SCALE_LIMIT), _SCALE_LIMIT)
 
     def draft_limit(self) -> int:
-        """The longest draft worth weighing now: twice the largest batch verified so far
-        (at least 2). The calibration's word on batches no round has made is a guess, and a
+        """The longest draft worth weighing now: four times the largest batch verified so
+        far (at least 2). The calibration's word on batches no round has made is a guess, and a
         flat guess on a machine where a batch of 49 costs 20 tokens would cost that much at
-        once; doubling, the costs are seen before they are paid in full."""
-        return max(2, 2 * self.verify_curve.largest)
+        once; growing by a factor, the costs are seen before they are paid in full. Not by 2:
+        a calibration whose batch of 8 was measured dear (a busy moment) kept a copy at drafts
+        of 4 when 16 to 48 paid best (replayed, code editing 1.34x -> 1.75x on that machine)."""
+        return max(2, DRAFT_GROWTH * self.verify_curve.largest)
 
     def draft_step(self) -> float:
         return self.measured.draft_step_s * self.draft_scale
