@@ -208,8 +208,14 @@ def measure(
     overlap (`measure_overlap`; else the overlap is 1: no gain), then check them. Leaves both
     contexts empty."""
     started = time.perf_counter()
-    samples = _time_verifies(target, sorted({1, *sizes}), repeats)
-    run = _time_one_token_run(target)
+    sizes = sorted({1, *sizes})
+    # One short conversation for both the verifies and the one-token run after them.
+    tokens = _tokens(target, CONTEXT_TOKENS + max(*sizes, RUN_TOKENS))
+    target.rollback(0)
+    target.decode(tokens[:CONTEXT_TOKENS])
+    samples = _time_verifies(target, tokens, sizes, repeats)
+    run = _time_one_token_run(target, tokens)
+    target.rollback(0)
     verify = tuple((n, statistics.median(s)) for n, s in samples.items())
     steps: list[float] = []
     catchup = 0.0
@@ -228,13 +234,13 @@ def measure(
     return Measurement(costs, tuple(found), time.perf_counter() - started)
 
 
-def _time_verifies(target: _Model, sizes: list[int], repeats: int) -> dict[int, list[float]]:
-    """`repeats` timings of each size, after a pass that warms up and is not kept. Sizes past
-    LARGE_BATCH are timed twice without a warm-up of their own: they take most of the time
-    (49 tokens cost 25 one-token decodes on a 2-core CPU) and vary the least."""
-    tokens = _tokens(target, CONTEXT_TOKENS + max(sizes))
-    target.rollback(0)
-    target.decode(tokens[:CONTEXT_TOKENS])
+def _time_verifies(
+    target: _Model, tokens: list[int], sizes: list[int], repeats: int
+) -> dict[int, list[float]]:
+    """`repeats` timings of each size after the CONTEXT_TOKENS already evaluated, after a pass
+    that warms up and is not kept. Sizes past LARGE_BATCH are timed twice without a warm-up of
+    their own: they take most of the time (49 tokens cost 25 one-token decodes on a 2-core CPU)
+    and vary the least."""
     samples: dict[int, list[float]] = {n: [] for n in sizes}
     for repeat in range(repeats + 1):
         for n in sizes:
@@ -245,17 +251,14 @@ def _time_verifies(target: _Model, sizes: list[int], repeats: int) -> dict[int, 
             target.rollback(CONTEXT_TOKENS)
             if repeat:
                 samples[n].append(seconds)
-    target.rollback(0)
     return samples
 
 
-def _time_one_token_run(target: _Model) -> list[float]:
-    """RUN_TOKENS one-token decodes, each after the last, as the target alone generates."""
-    tokens = _tokens(target, CONTEXT_TOKENS + RUN_TOKENS)
-    target.rollback(0)
-    target.decode(tokens[:CONTEXT_TOKENS])
-    run = [_timed(target, [token], [0]) for token in tokens[CONTEXT_TOKENS:]]
-    target.rollback(0)
+def _time_one_token_run(target: _Model, tokens: list[int]) -> list[float]:
+    """RUN_TOKENS one-token decodes after the context, each after the last, as the target
+    alone generates."""
+    run = [_timed(target, [t], [0]) for t in tokens[CONTEXT_TOKENS : CONTEXT_TOKENS + RUN_TOKENS]]
+    target.rollback(CONTEXT_TOKENS)
     return run
 
 
@@ -372,8 +375,7 @@ def load_or_measure(
     attempts: int = ATTEMPTS,
 ) -> Calibration:
     """The cached costs for `key`, or measure them now (calling `on_measure` first with the
-    reason), up to
-    `attempts` times until a measurement passes the checks, and cache that one."""
+    reason), up to `attempts` times until a measurement passes the checks, and cache that one."""
     cached = None if refresh else _read(key)
     if cached is not None and not cached.get("stale"):
         costs = Costs.from_dict(cached["costs"])
