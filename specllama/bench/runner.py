@@ -45,7 +45,7 @@ from specllama.engine.events import FinishEvent, TokenEvent
 from specllama.engine.sampling import SamplingParams
 from specllama.engine.speculative import generate
 from specllama.errors import UsageError
-from specllama.llama.backend import build_facts, default_threads
+from specllama.llama.backend import build_facts, common_prefix_length, default_threads
 from specllama.policy import calibration
 from specllama.policy.controller import AdaptiveController
 from specllama.session import ADAPTIVE_DRAFT_MAX, Engine
@@ -330,12 +330,7 @@ def run_bench(
 def _agreement(tokens: list[int], reference: list[int]) -> float:
     if not reference:
         return 1.0 if not tokens else 0.0
-    n = 0
-    for a, b in zip(tokens, reference):
-        if a != b:
-            break
-        n += 1
-    return n / len(reference)
+    return common_prefix_length(tokens, reference) / len(reference)
 
 
 def machine_facts() -> dict[str, Any]:

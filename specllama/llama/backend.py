@@ -174,6 +174,16 @@ def _check_gguf(path: Path) -> None:
             )
 
 
+def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading tokens `a` and `b` share."""
+    n = 0
+    for mine, theirs in zip(a, b):
+        if mine != theirs:
+            break
+        n += 1
+    return n
+
+
 class EvaluatedTokens:
     """The record of what a context has evaluated, and how to bring it to any sequence.
 
@@ -206,12 +216,7 @@ class EvaluatedTokens:
         evaluated = self.tokens
         if len(evaluated) <= len(tokens) and list(tokens[: len(evaluated)]) == evaluated:
             return len(evaluated)  # the usual case, compared at C speed
-        n = 0
-        for mine, theirs in zip(evaluated, tokens):
-            if mine != theirs:
-                break
-            n += 1
-        return n
+        return common_prefix_length(evaluated, tokens)
 
     def sync(self, tokens: Sequence[int], logits_at_last: bool = False) -> np.ndarray | None:
         """Make the context hold exactly `tokens`, reusing the common prefix.

@@ -33,7 +33,7 @@ from specllama.engine.drafters import NgramDrafter, NoDrafter
 from specllama.engine.events import RoundEvent, TokenEvent
 from specllama.engine.sampling import SamplingParams, argmax, top_probability
 from specllama.engine.speculative import generate
-from specllama.llama.backend import LlamaBackend
+from specllama.llama.backend import LlamaBackend, common_prefix_length
 from specllama.policy.costs import Costs, side_by_side
 
 
@@ -339,7 +339,7 @@ def record_trace(
             match[i], unanimous[i] = lookup.match.length, lookup.match.unanimous
             proposal = lookup.propose(context, offer_max, SamplingParams(0.0)).tokens
             offer[i] = len(proposal)
-            run[i] = _agreeing(proposal, answer[i:])
+            run[i] = common_prefix_length(proposal, answer[i:])
         context.append(answer[i])
     trace = Trace(
         tuple(agrees),
@@ -354,16 +354,6 @@ def record_trace(
         ngram_unanimous=tuple(unanimous),
     )
     return trace, answer
-
-
-def _agreeing(proposal: Sequence[int], truth: Sequence[int]) -> int:
-    """How many leading tokens of `proposal` equal `truth`'s."""
-    n = 0
-    for mine, theirs in zip(proposal, truth):
-        if mine != theirs:
-            break
-        n += 1
-    return n
 
 
 def _teacher_forced(
