@@ -10,9 +10,12 @@ factor, or have the wrong shape (verify(4) dearer than verify(8)). So:
 - every verify a round makes is an observation of V at its size; per size, the log of observed
   over prior is averaged (a running mean for the first few, then fading);
 - while the sizes seen agree with the prior's shape (their ratios observed / prior within
-  `SHAPE_TOLERANCE` of each other), the prior is right up to a scale: the ratio is their common
-  one, with each size's own evidence weighed in as it accumulates, interpolated in log n between
-  sizes. A prior off by a factor is corrected everywhere after one round;
+  `SHAPE_TOLERANCE` of each other, plus what the noise explains: a shared machine's verifies
+  vary by ~10% from round to round, learnt from the sizes seen more than once, so one slow
+  round of a new size is not a new shape), the prior is right up to a scale: the ratio is their
+  common one, with each size's own evidence weighed in as it accumulates, interpolated in log n
+  between sizes; one token keeps its own, since every round is weighed against it. A prior off
+  by a factor is corrected everywhere after one round;
 - once they disagree (or the prior is doubtful), the shape is the rounds' own: straight lines
   through the sizes seen, continued past the largest with the least-squares slope of them all
   (a doubtful prior with one size seen: `GUESSED_SLOPE` of a token per token).
@@ -31,7 +34,12 @@ _FADE_AFTER = 8  # a running mean for the first 8 observations of a size, then a
 # tokens costs one token, as on a big GPU) on a CPU, where it costs 20, must be believed.
 _RATIO_LIMIT = 64.0
 SHAPE_TOLERANCE = 1.15
-_POOLED = 4  # what the common scale is worth, in rounds of one size, while the shape holds
+# A verify's time, over what its size usually costs, varies by this much (the sd of its log) on a
+# shared machine until the rounds show how much it does here; never taken below _NOISE_FLOOR.
+_NOISE_PRIOR, _NOISE_FLOOR = 0.1, 0.05
+_NOISE_PRIOR_WEIGHT = 4  # what _NOISE_PRIOR is worth, in observations
+_SHAPE_Z = 2.0  # how many standard errors two sizes may part by before the shape is broken
+_POOLED = 2  # what the common scale is worth, in rounds of one size, while the shape holds
 # Each token more in a batch, as a fraction of one token, when nothing better is known: between
 # a GPU's (0.02-0.1) and a 2-core CPU's (0.2-0.5), so that longer drafts are tried, step by step.
 GUESSED_SLOPE = 0.25
@@ -69,6 +77,8 @@ class VerifyCurve:
         self._log_sizes = np.log(self._sizes)
         self.curve = self.prior.copy()
         self.largest = 0  # the largest batch size observed
+        self._noise_var = _NOISE_PRIOR**2
+        self._noise_count = 0
 
     def __call__(self, n: int) -> float:
         if n <= len(self.curve):
@@ -90,17 +100,39 @@ class VerifyCurve:
         i = n - 1
         limit = math.log(_RATIO_LIMIT)
         ratio = min(max(math.log(seconds / self.prior[i]), -limit), limit)
+        if self.seen[i]:
+            self._learn_noise(ratio - self._log_ratio[i], int(self.seen[i]))
         self.seen[i] += 1
         weight = 1.0 / min(self.seen[i], _FADE_AFTER)
         self._log_ratio[i] += weight * (ratio - self._log_ratio[i])
         self._update()
 
+    def _learn_noise(self, residual: float, count: int) -> None:
+        """One more residual of a size seen `count` times before: its square is noise^2 times
+        (1 + 1/count) on average (the mean it parted from is itself noisy)."""
+        self._noise_count += 1
+        weight = 1.0 / min(self._noise_count + _NOISE_PRIOR_WEIGHT, 4 * _FADE_AFTER)
+        square = residual**2 * count / (count + 1)
+        self._noise_var += weight * (square - self._noise_var)
+
+    @property
+    def noise(self) -> float:
+        """The sd of one verify's log time about its size's mean, as seen in this run."""
+        return max(math.sqrt(self._noise_var), _NOISE_FLOOR)
+
     @property
     def shape_holds(self) -> bool:
-        """The sizes seen so far agree with the prior's shape, up to a scale."""
-        ratios = self._log_ratio[self.seen > 0]
-        spread = float(ratios.max() - ratios.min()) if len(ratios) else 0.0
-        return not self.doubtful and spread <= math.log(SHAPE_TOLERANCE)
+        """The sizes seen so far agree with the prior's shape, up to a scale: no two of them
+        part by more than SHAPE_TOLERANCE plus what the noise of their few rounds explains (so
+        one slow round of a new size does not break it, and a shape twice wrong does)."""
+        if self.doubtful:
+            return False
+        seen = self.seen > 0
+        ratios = self._log_ratio[seen]
+        counts = np.minimum(self.seen[seen], _FADE_AFTER).astype(np.float64)
+        apart = np.abs(ratios[:, None] - ratios[None, :])
+        error = self.noise * np.sqrt(1.0 / counts[:, None] + 1.0 / counts[None, :])
+        return bool(np.all(apart <= math.log(SHAPE_TOLERANCE) + _SHAPE_Z * error))
 
     def _update(self) -> None:
         seen = np.flatnonzero(self.seen)
@@ -111,6 +143,8 @@ class VerifyCurve:
             counts, ratios = self.seen[seen], self._log_ratio[seen]
             overall = float(np.average(ratios, weights=counts))
             pooled = (counts * ratios + _POOLED * overall) / (counts + _POOLED)
+            if seen[0] == 0:  # except one token: what every round is weighed against, seen alone
+                pooled[0] = ratios[0]
             curve = self.prior * np.exp(np.interp(self._log_sizes, self._log_sizes[seen], pooled))
         else:
             curve = self.prior * np.exp(self._log_ratio[seen[0]])

@@ -133,9 +133,10 @@ def test_where_the_draft_model_cannot_pay_it_never_runs():
 def test_learns_what_rounds_really_cost(a):
     """On a machine where rounds cost more than the calibration says (a GPU: the draft steps
     1.5x, 6 ms of Python a round), the controller learns it and keeps up with the best fixed
-    length chosen with hindsight."""
+    length chosen with hindsight. Over 25 answers: their speedups spread over 1.1-1.65x, so the
+    median of fewer moves by more than the margin with any change to the policy."""
     machine = MachineCosts(GPU, draft_step_factor=1.5, overhead_round_s=0.84 * T1, noise=0.05)
-    traces = [synthetic_trace(256, a, np.random.default_rng(seed)) for seed in range(9)]
+    traces = [synthetic_trace(256, a, np.random.default_rng(seed)) for seed in range(25)]
 
     def median_speedup(make):
         return statistics.median(
@@ -291,10 +292,11 @@ def test_adaptive_in_the_loop_drafts_long_from_a_perfect_draft_and_stops_for_a_b
     assert sum(r.n_accepted for r in bad) == 0
     # Mostly the target alone: after the rounds that find out, only a probe now and then. A
     # wrong draft of one costs a fifth of a token here, and the draft model's prior (0.8, worth
-    # 3 tokens) takes about 18 of them to overturn: in all, at most 6% slower.
+    # 3 tokens) takes about 19 of them to overturn: with the draft model's prefill and the
+    # probes, at most 6.5% slower.
     assert sum(1 for r in bad[40:] if r.n_drafted) <= 6
     booked = target.decode_seconds + wrong.decode_seconds
-    assert booked <= 1.06 * 120 * 0.020
+    assert booked <= 1.065 * 120 * 0.020
 
 
 def test_round_events_name_their_source_and_time_the_round():
