@@ -57,13 +57,16 @@ def plausible(verify: Callable[[int], float], n_max: int = N_MAX) -> tuple[np.nd
 def isotonic(values: np.ndarray) -> np.ndarray:
     """The non-decreasing sequence closest to `values` in least squares (pool adjacent
     violators)."""
+    if np.all(values[1:] >= values[:-1]):  # the usual case, once a round: nothing to pool
+        return values.copy()
     blocks: list[list[float]] = []  # [mean, count]
     for v in values:
         blocks.append([float(v), 1.0])
         while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
             (m1, c1), (m2, c2) = blocks[-2], blocks.pop()
             blocks[-1] = [(m1 * c1 + m2 * c2) / (c1 + c2), c1 + c2]
-    return np.concatenate([np.full(int(c), m) for m, c in blocks])
+    means, counts = np.array(blocks).T
+    return np.repeat(means, counts.astype(np.int64))
 
 
 class VerifyCurve:
