@@ -38,6 +38,25 @@ def smol_bad_vocab() -> Path:
     return model_factory.smollm2_changed_vocab()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def calibrations_kept_apart(tmp_path_factory: pytest.TempPathFactory):
+    """Calibrations the tests measure (small models, timed beside other tests) go to a folder
+    of the session, not the user's cache, unless a test points SPECLLAMA_CACHE elsewhere."""
+    from specllama import paths
+    from specllama.policy import calibration
+
+    users = paths.cache_dir()
+    session = tmp_path_factory.mktemp("calibration")
+
+    def calibration_dir() -> Path:
+        here = paths.cache_dir()
+        return session if here == users else here / "calibration"
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(calibration, "calibration_dir", calibration_dir)
+        yield
+
+
 def pytest_report_header() -> str:
     from rpc_workers import HAS_RPC, NO_RPC
 

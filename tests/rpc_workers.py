@@ -47,10 +47,12 @@ class WorkerProcess:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
-            env={**os.environ, **(env or {})},
+            # A worker that hangs can then be made to print every thread's stack (SIGABRT).
+            env={**os.environ, "PYTHONFAULTHANDLER": "1", **(env or {})},
         )
         self.lines: list[str] = []
-        threading.Thread(target=self._read, daemon=True).start()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
         deadline = time.monotonic() + 60
         while not any("specllama worker" in line for line in self.lines):
             if self.process.poll() is not None or time.monotonic() > deadline:
@@ -67,9 +69,19 @@ class WorkerProcess:
         return "".join(self.lines)
 
     def interrupt(self, timeout: float = 20) -> int:
-        """Ctrl-C, as a user stops it; its exit code."""
+        """Ctrl-C, as a user stops it; its exit code. A worker still running after `timeout`
+        fails the test with where each of its threads was."""
         self.process.send_signal(signal.SIGINT)
-        return self.process.wait(timeout)
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.send_signal(signal.SIGABRT)
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+            self._reader.join(5)
+            pytest.fail(f"the worker did not stop within {timeout} s of Ctrl-C:\n{self.stderr}")
 
     def kill(self) -> None:
         if self.process.poll() is None:
