@@ -12,6 +12,7 @@ import threading
 import time
 
 import pytest
+from signals import ctrl_c_as_from_a_terminal
 
 from specllama.llama.backend import build_facts
 
@@ -33,12 +34,6 @@ def specllama_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "specllama", *args]
 
 
-def _as_from_a_terminal() -> None:
-    """Ctrl-C as a terminal delivers it: a test run from a background job (`cmd &`, as CI may
-    start it) inherits SIGINT ignored, and Python then never raises KeyboardInterrupt."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 class WorkerProcess:
     """`specllama worker --cpu` on a free localhost port, started and ready (its banner)."""
 
@@ -55,7 +50,7 @@ class WorkerProcess:
             text=True,
             # A worker that hangs can then be made to print every thread's stack (SIGABRT).
             env={**os.environ, "PYTHONFAULTHANDLER": "1", **(env or {})},
-            preexec_fn=_as_from_a_terminal,
+            preexec_fn=ctrl_c_as_from_a_terminal,
         )
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)

@@ -17,6 +17,7 @@ import pexpect
 import pyte
 import pytest
 from rich.console import Console
+from signals import ctrl_c_as_from_a_terminal
 
 from specllama.chat import INTERRUPTED_MARK
 from specllama.cli.repl import ChatSession, measure_target_step
@@ -247,10 +248,7 @@ class Terminal:
             env=env,
             dimensions=(rows, cols),
             timeout=120,
-            # As a terminal session starts it: Ctrl-C delivered. A shell that runs the tests in
-            # the background (`cmd &`) ignores SIGINT, the child would inherit that, and Python
-            # leaves an ignored SIGINT ignored.
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+            preexec_fn=ctrl_c_as_from_a_terminal,
         )
         self.child.logfile_read = self  # pexpect writes what it reads here
 
