@@ -23,6 +23,11 @@ code) is seen changing. An n-gram source is a lane per match length (`lane_of`);
 What rounds cost is learnt as they run (`specllama.policy.costs`), from a calibration that may
 lie: the first round is the target alone, so what every choice is weighed against is seen, and
 no draft is longer than four times the largest batch verified so far (`LiveCosts.draft_limit`).
+Where the calibration's shape is not trusted, what a batch larger than any seen costs is the
+rounds' straight line, and a CPU's curve can step up and then stay flat: the line makes long
+drafts look dearer than they are, and a copy goes on at drafts of 1-3. So while an n-gram copy is
+accepted in full, a round may draft twice the largest batch seen (at most twice the tokens copied
+in a row) to find out (`_length_probe`).
 
 Decisions rest on that evidence, never on one round:
 
@@ -236,6 +241,7 @@ class AdaptiveController:
         self._backlog = 0  # the backlog of the source chosen for the round under way
         self.pipelined = False  # the round under way makes its next draft while verifying
         self._plain_seen = False  # a round of the target alone has been observed
+        self._copied = 0  # n-gram draft tokens accepted in a row, over rounds accepted in full
         self.min_confidence = self._break_even_confidence()
 
     def source(self, name: str) -> _Source:
@@ -279,6 +285,7 @@ class AdaptiveController:
         best: tuple[str, int] = ("", 0)
         best_rate = worth
         best_mean = 0.0
+        best_source: _Source | None = None
         self._backlog = 0
         for name, backlog in options:
             if _too_short(name):
@@ -304,6 +311,9 @@ class AdaptiveController:
                 continue
             if rate > best_rate:
                 best, best_rate, best_mean, self._backlog = (name, k), rate, mean, backlog
+                best_source = source
+        if best_source is not None and best_source.kind == NGRAM:
+            best = (best[0], self._length_probe(best[1], best_mean, best_rate, horizon))
         self.pipelined = bool(best[1]) and self.table(kind_of(best[0])).pipelined_at(best_mean)
         return best
 
@@ -337,6 +347,24 @@ class AdaptiveController:
         chance = 0.5 * math.erfc((break_even - mean) / (sd * math.sqrt(2.0)))
         return chance * horizon * (plain - 1.0 / optimistic) > loss
 
+    def _length_probe(self, k: int, mean: float, rate: float, horizon: int) -> int:
+        """The n-gram draft length to use instead of the best `k` (at `rate`), to learn what a
+        batch twice the largest seen costs, where the calibration's shape is not trusted and the
+        rounds' straight line may make long drafts look dearer than they are. Taken when, if
+        the batch costs as little as is plausible, what that would save over the tokens still
+        expected (at even odds) exceeds what the round loses if the line is right."""
+        live = self.live
+        longer = min(2 * live.verify_curve.largest - 1, 2 * self._copied, self.table(NGRAM).k_max)
+        if longer <= k:
+            return k
+        tokens = expected_tokens(min(mean, _COPY_A_MAX), longer)
+        hoped = tokens / live.optimistic_round(NGRAM, longer)
+        if hoped <= rate * (1.0 + self.margin):
+            return k
+        loss = live.round(NGRAM, longer) - tokens / rate
+        gain = 0.5 * horizon * (1.0 / rate - 1.0 / hoped)
+        return longer if gain > loss else k
+
     def _rest(self, source: _Source, *, forget: bool) -> None:
         """Leave `source` out for its pause (twice as long each time it rests again without
         having paid in between); when it comes back, its next round is drafted. `forget`
@@ -355,6 +383,9 @@ class AdaptiveController:
         self.round += 1
         self._plain_seen |= not round_.n_drafted
         self._learn_costs(round_)
+        full = round_.n_drafted and round_.n_accepted == round_.n_drafted
+        copied = bool(full) and kind_of(round_.source) == NGRAM
+        self._copied = self._copied + round_.n_accepted if copied else 0
         if not round_.source:
             return
         source = self.source(round_.source)

@@ -89,6 +89,16 @@ class VerifyCurve:
         # Past the largest batch: on with the last step's slope.
         return float(self.curve[-1] + (self.curve[-1] - self.curve[-2]) * (n - len(self.curve)))
 
+    def optimistic(self, n: int) -> float:
+        """V(n) at best, as far as is plausible: where the prior's shape is not trusted, a batch
+        larger than any the rounds made may cost as little as GUESSED_SLOPE of a token per token
+        more than the largest did (a CPU's curve can step up and then stay flat: on the 2-core
+        EPYC a batch of 8 cost 7.9 tokens, one of 12 only 8.5). What a length probe hopes for."""
+        if self.shape_holds or not 0 < self.largest < n:
+            return self(n)
+        above = (n - self.largest) * GUESSED_SLOPE * float(self.curve[0])
+        return min(self(n), self(self.largest) + above)
+
     def tried(self, n: int) -> None:
         """A batch of n was verified, but not alone (beside a draft ahead) or too fast to time
         (a fake backend): not an observation of its cost, but a size the rounds have made."""

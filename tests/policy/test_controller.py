@@ -224,6 +224,41 @@ def test_ngram_drafts_grow_long_while_the_text_is_being_copied():
     assert result.speedup > 2.0
 
 
+# The 2-core EPYC as recorded with the bundled prompts: batches step up to 6.8 tokens at 8, then
+# stay near 9 up to 17. A line through the small sizes makes long drafts look twice as dear.
+CPU_STEPPED = Costs(
+    verify_s=((1, 0.034), (2, 0.059), (4, 0.100), (8, 0.231), (12, 0.308), (17, 0.321), (49, 0.652))
+)
+# A calibration in no order (measured beside busy loops): its shape is not used.
+DOUBTFUL = Costs(verify_s=((1, 0.9), (2, 0.3), (4, 0.5), (8, 0.9), (16, 2.0)))
+
+
+def copy_rounds(controller, rounds):
+    """Drafts from a 30-token match, all accepted, timed as the stepped EPYC would; the lengths
+    drafted."""
+    controller.choose([("ngram30", 0)], remaining=500)
+    controller.observe(RoundEvent(0, 0, 0.0, CPU_STEPPED.verify(1), ""))
+    drafted, generated = [], 1
+    for _ in range(rounds):
+        source, k = controller.choose([("ngram30", 0)], remaining=500, generated=generated)
+        controller.observe(RoundEvent(k, k, 0.0, CPU_STEPPED.verify(k + 1), source))
+        drafted.append(k)
+        generated += k + 1
+    return drafted
+
+
+def test_an_untrusted_shape_is_probed_by_doubling_drafts_while_a_copy_holds():
+    """The line through the sizes seen says a draft of 4 pays best; probes of twice the largest
+    batch, at most twice the tokens copied in a row, find that 48 does."""
+    drafted = copy_rounds(AdaptiveController(DOUBTFUL), 6)
+    assert drafted[0] == 4 and max(drafted) == 48
+    for i in range(1, 4):
+        assert drafted[i] > drafted[i - 1] and drafted[i] <= 2 * sum(drafted[:i])
+    unprobed = AdaptiveController(DOUBTFUL)
+    unprobed._length_probe = lambda k, *_: k
+    assert max(copy_rounds(unprobed, 6)[2:]) <= 8
+
+
 def test_confidence_threshold_is_the_cost_break_even():
     cheap, dear = AdaptiveController(GPU), AdaptiveController(CPU_AMX)
     assert cheap.min_confidence == pytest.approx(0.3)  # clipped: almost any guess is worth it

@@ -109,3 +109,18 @@ def test_one_token_keeps_its_own_evidence_while_the_shape_holds():
         curve.observe(4, 1.1 * TRUE.verify(4))
     assert curve.shape_holds
     assert curve(1) == pytest.approx(TRUE.verify(1))
+
+
+def test_past_the_sizes_seen_an_untrusted_shape_hopes_for_cheap_batches():
+    """A doubtful prior's curve past the largest size seen is a line (here 13.6 ms a token);
+    the hope for a probe is a quarter of a token a token. A trusted shape is its own hope."""
+    curve = VerifyCurve(UNDER_LOAD.verify, 16)
+    for n in (1, 2, 4):
+        curve.observe(n, TRUE.verify(n))
+    assert curve.optimistic(4) == curve(4)
+    assert curve.optimistic(8) == pytest.approx(TRUE.verify(4) + 4 * 0.25 * TRUE.verify(1))
+    assert curve.optimistic(8) < 0.85 * curve(8)
+    right = VerifyCurve(TRUE.verify, 16)
+    for n in (1, 4):
+        right.observe(n, TRUE.verify(n))
+    assert right.shape_holds and right.optimistic(8) == right(8)
