@@ -110,6 +110,12 @@ def report_table(report: dict[str, Any]) -> Table:
         f"temperature {settings['temperature']} · {settings['n_threads']} threads"
         + ("" if settings.get("extra_buffers", True) else " · extra buffers off")
     )
+    if report.get("noise"):
+        noise = report["noise"]
+        table.caption += (
+            f"\nnoise: the target alone's rounds of one prompt differ by {noise['median']:.0%}"
+            f" (median; up to {noise['max']:.0%}): a prompt's speedup nearer 1.0 than that is noise"
+        )
     if report.get("calibration"):
         measured = report["calibration"]
         table.caption += f"\ncalibration: {measured['summary']}"

@@ -441,7 +441,20 @@ def summarise(result: BenchResult) -> dict[str, Any]:
                     "agreement": round(statistics.mean(r.agreement or 0.0 for r in runs), 4),
                 }
             )
-    return {"prompts": prompt_rows, "summary": rows}
+    return {"prompts": prompt_rows, "summary": rows, "noise": target_noise(result.runs)}
+
+
+def target_noise(runs: Iterable[Run]) -> dict[str, float] | None:
+    """How far the target alone's own rounds of one prompt are apart: the faster over the
+    slower, minus 1, per prompt run twice or more (median, lowest, highest over the prompts).
+    The same decodes, so what parts them is the machine; a prompt's speedup closer to 1.0 than
+    this says nothing. None when no prompt ran twice."""
+    speeds: dict[str, list[float]] = defaultdict(list)
+    for run in runs:
+        if run.config == TARGET:
+            speeds[run.prompt_id].append(run.stats["tokens_per_s"])
+    gaps = [max(s) / min(s) - 1.0 for s in speeds.values() if len(s) > 1 and min(s) > 0]
+    return _spread(gaps) if gaps else None
 
 
 def to_json(result: BenchResult) -> dict[str, Any]:
@@ -456,5 +469,6 @@ def to_json(result: BenchResult) -> dict[str, Any]:
         "configs": [c.as_dict() for c in result.configs],
         "prompts": summary["prompts"],
         "summary": summary["summary"],
+        "noise": summary["noise"],
         "runs": [r.as_dict() for r in result.runs],
     }

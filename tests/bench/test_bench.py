@@ -278,6 +278,30 @@ def test_speedups_are_computed_pair_by_pair_and_summarised_by_category():
     assert row["overhead_ms_per_round"] == pytest.approx(1.0)
     assert row["tokens_per_s"] == {"median": 20.0, "min": 10.0, "max": 40.0}
     assert bench_report.histogram_text({"0": 1, "3": 3}) == "0:25 3:75"
+    # The target alone ran prompt a at 10 and 20 tok/s: the machine's noise, 100%; b ran once.
+    assert summary["noise"] == {"median": 1.0, "min": 1.0, "max": 1.0}
+
+
+def test_the_noise_is_the_target_alones_spread_between_its_own_rounds():
+    runs = [
+        fake_run("target", "a", "code", 0, 20.0),
+        fake_run("target", "a", "code", 1, 22.0),
+        fake_run("target", "b", "code", 0, 30.0),
+        fake_run("target", "b", "code", 1, 24.0),
+        fake_run("ngram:4", "b", "code", 0, 60.0),  # other configurations say nothing of it
+        fake_run("target", "c", "code", 0, 5.0),  # one round: no spread to see
+    ]
+    noise = bench.target_noise(runs)
+    assert noise == {"median": pytest.approx(0.175), "min": 0.1, "max": 0.25}
+    assert bench.target_noise(runs[-1:]) is None
+    settings = {"max_tokens": 8, "repeats": 2, "temperature": 0.0, "n_threads": 2}
+    report = {
+        "summary": [],
+        "settings": settings,
+        "models": {"target": {"name": "t"}},
+        "noise": noise,
+    }
+    assert "differ by 18% (median; up to 25%)" in str(bench_report.report_table(report).caption)
 
 
 # -- end to end, on real tiny models ----------------------------------------------------------
@@ -323,6 +347,8 @@ def test_bench_end_to_end_json_follows_the_schema(
     names = ["target", "model:2", "pipe:2", "ngram:4", "adaptive"]
     assert [c["name"] for c in report["configs"]] == names
     assert len(report["runs"]) == 2 * 2 * 5  # prompts x repeats x configurations
+    assert report["noise"]["min"] >= 0  # the target alone ran every prompt twice
+    assert "noise: the target alone's rounds" in result.stdout
     assert {r["category"] for r in report["summary"]} == {"code-editing", "chat", "all"}
     assert report["calibration"]["verify_s"]["1"] > 0
     assert report["models"]["draft"]["name"] == Path(smol_q4).name
