@@ -7,9 +7,10 @@
     python bench/busy_calibration.py --target T.gguf --draft D.gguf --forget   # remove it
 
 specllama itself would not cache such a measurement (it fails the checks of
-specllama.policy.trust); this script stores it anyway, under the same key a run uses, and prints
-what the checks found. `specllama bench` makes a fresh controller for every run and never marks
-the calibration stale, so every adaptive run of the benchmark starts from it.
+specllama.policy.trust); this script stores it anyway, under the same key a run uses, with what
+the checks found, which `specllama bench` then reports ("cached, ..., checks failed: ...").
+`specllama bench` makes a fresh controller for every run and never marks the calibration
+stale, so every adaptive run of the benchmark starts from it.
 """
 
 from __future__ import annotations
@@ -55,7 +56,9 @@ def main() -> None:
         finally:
             for loop in loops:
                 loop.terminate()
-        path = calibration.save(key, measured.costs, seconds=measured.seconds)
+        path = calibration.save(
+            key, measured.costs, seconds=measured.seconds, problems=measured.problems
+        )
     print(f"cached {path}")
     print(calibration.summary(measured.costs))
     print("checks:", "; ".join(measured.problems) or "passed")

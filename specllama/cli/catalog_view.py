@@ -163,11 +163,12 @@ def doctor_table(report: Doctor, calibrations: list[dict[str, object]] = ()) -> 
         pair = Path(str(measured["target"])).name
         if measured["draft"]:
             pair += f" + {Path(str(measured['draft'])).name}"
-        state = (
-            f"stale, measured again next run: {measured['stale']}"
-            if measured.get("stale")
-            else (f"measured {measured['created']}, checks passed")
-        )
+        problems = "; ".join(measured.get("problems") or ())
+        if measured.get("stale"):
+            state = f"stale, measured again next run: {measured['stale']}"
+        else:
+            checks = f"checks failed: {problems}" if problems else "checks passed"
+            state = f"measured {measured['created']}, {checks}"
         rows.append(("calibration", f"{pair}: {measured['summary']} ({state})"))
     rows.extend(("note", note) for note in report.notes)
     for key, value in rows:

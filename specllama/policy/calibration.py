@@ -142,7 +142,16 @@ def load(key: dict[str, object]) -> Costs | None:
     return Costs.from_dict(data["costs"])
 
 
-def save(key: dict[str, object], costs: Costs, *, seconds: float = 0.0) -> Path:
+def save(
+    key: dict[str, object],
+    costs: Costs,
+    *,
+    seconds: float = 0.0,
+    problems: Sequence[str] = (),
+) -> Path:
+    """Cache `costs` for `key`. specllama caches only costs that passed the checks; `problems`
+    records the failed checks of one cached anyway (a benchmark of a lying calibration), so
+    that whoever reads it is told."""
     path = _key_path(key)
     path.parent.mkdir(parents=True, exist_ok=True)
     data = {
@@ -151,6 +160,8 @@ def save(key: dict[str, object], costs: Costs, *, seconds: float = 0.0) -> Path:
         "measure_s": round(seconds, 2),
         "costs": costs.as_dict(),
     }
+    if problems:
+        data["problems"] = list(problems)
     _write(path, data)
     return path
 
@@ -334,7 +345,7 @@ class Calibration:
 
     costs: Costs
     source: str  # "cache" or "measured" (now)
-    trusted: bool = True  # passed the checks (what is cached always did)
+    trusted: bool = True  # passed the checks (what specllama caches always did)
     reason: str = ""  # why it was measured now
     attempts: int = 0  # measurements made now
     problems: tuple[str, ...] = ()  # what the checks found in the last attempt
@@ -345,7 +356,10 @@ class Calibration:
     def describe(self) -> str:
         """One line: which calibration is in use, and whether it was re-measured."""
         if self.source == "cache":
-            return f"cached, measured {self.created}, checks passed"
+            checks = (
+                "checks passed" if self.trusted else "checks failed: " + "; ".join(self.problems)
+            )
+            return f"cached, measured {self.created}, {checks}"
         line = f"measured now ({self.reason}): {self.attempts} attempt(s), {self.seconds:.1f} s"
         if not self.trusted:
             return f"{line}; checks failed, not cached: {'; '.join(self.problems)}"
@@ -379,7 +393,9 @@ def load_or_measure(
     cached = None if refresh else _read(key)
     if cached is not None and not cached.get("stale"):
         costs = Costs.from_dict(cached["costs"])
-        return Calibration(costs, "cache", created=str(cached.get("created", "")))
+        problems = tuple(str(p) for p in cached.get("problems", ()))
+        created = str(cached.get("created", ""))
+        return Calibration(costs, "cache", not problems, problems=problems, created=created)
     reason = "asked to" if refresh else "none cached"
     if cached is not None:
         reason = f"the cached one was stale: {cached['stale']}"
@@ -433,6 +449,7 @@ def cached_calibrations() -> list[dict[str, object]]:
                 "n_gpu_layers": key.get("n_gpu_layers"),
                 "measure_s": data.get("measure_s"),
                 "stale": data.get("stale"),
+                "problems": data.get("problems", []),  # cached despite failed checks
                 "costs": costs.as_dict(),
                 "summary": summary(costs),
             }

@@ -229,6 +229,25 @@ def test_a_measurement_that_never_passes_is_used_but_not_cached(tmp_path, cache)
     assert calibration.load(key) is None
 
 
+def test_one_cached_despite_failed_checks_says_so(tmp_path, cache):
+    """bench/busy_calibration.py caches a lying calibration on purpose; a benchmark that starts
+    from it reports the checks it failed, not "checks passed"."""
+    target, _ = models(tmp_path)
+    key = calibration.calibration_key(target, None, n_threads=2)
+    problems = ("verify(1) repeats spread 1547%", "verify(4) 512.4 ms < verify(3) 1353.8 ms")
+    calibration.save(key, Costs(verify_s=((1, 0.18), (3, 1.35), (4, 0.51))), problems=problems)
+    used = calibration.load_or_measure(key, TimedFake(0.01, 0.005), None)
+    assert used.source == "cache" and not used.trusted and used.problems == problems
+    assert used.describe().endswith("checks failed: " + "; ".join(problems))
+    assert [c["problems"] for c in calibration.cached_calibrations()] == [list(problems)]
+    calibration.save(key, Costs(verify_s=((1, 0.03),)))
+    assert (
+        calibration.load_or_measure(key, TimedFake(0.01, 0.005), None)
+        .describe()
+        .endswith("checks passed")
+    )
+
+
 def test_a_calibration_the_rounds_contradict_is_stale_and_measured_again(tmp_path, cache):
     target, _ = models(tmp_path)
     key = calibration.calibration_key(target, None, n_threads=2)
