@@ -383,8 +383,7 @@ class AdaptiveController:
         self.round += 1
         self._plain_seen |= not round_.n_drafted
         self._learn_costs(round_)
-        full = round_.n_drafted and round_.n_accepted == round_.n_drafted
-        copied = bool(full) and kind_of(round_.source) == NGRAM
+        copied = kind_of(round_.source) == NGRAM and 0 < round_.n_drafted == round_.n_accepted
         self._copied = self._copied + round_.n_accepted if copied else 0
         if not round_.source:
             return

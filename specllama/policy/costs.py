@@ -215,14 +215,16 @@ class LiveCosts:
         """C_s(k): a round drafting k tokens from a source of this kind."""
         if k == 0:
             return self.plain()
-        draft = k * self.draft_step() if kind == MODEL else 0.0
-        return draft + self.verify(k + 1) + self.overhead[kind](k + 1)
+        return self._round(kind, k, self.verify(k + 1))
 
     def optimistic_round(self, kind: str, k: int) -> float:
         """C_s(k) with V at its plausible best (`VerifyCurve.optimistic`): what a draft longer
         than any batch seen may cost where the calibration's shape is not trusted."""
+        return self._round(kind, k, self.verify_curve.optimistic(k + 1))
+
+    def _round(self, kind: str, k: int, verify_s: float) -> float:
         draft = k * self.draft_step() if kind == MODEL else 0.0
-        return draft + self.verify_curve.optimistic(k + 1) + self.overhead[kind](k + 1)
+        return draft + verify_s + self.overhead[kind](k + 1)
 
     def pipelined(self, k: int, survive: float) -> float:
         """P_s(k): a pipelined round of k drafts whose draft ahead survives with probability

@@ -40,6 +40,7 @@ _NOISE_PRIOR, _NOISE_FLOOR = 0.1, 0.05
 _NOISE_PRIOR_WEIGHT = 4  # what _NOISE_PRIOR is worth, in observations
 _SHAPE_Z = 2.0  # how many standard errors two sizes may part by before the shape is broken
 _POOLED = 2  # what the common scale is worth, in rounds of one size, while the shape holds
+_CURVE_LAG = 0.01  # how far (in log) a size's mean may move before the curve is made again
 # Each token more in a batch, as a fraction of one token, when nothing better is known: between
 # a GPU's (0.02-0.1) and a 2-core CPU's (0.2-0.5), so that longer drafts are tried, step by step.
 GUESSED_SLOPE = 0.25
@@ -75,6 +76,7 @@ class VerifyCurve:
     def __init__(self, verify: Callable[[int], float], n_max: int = N_MAX) -> None:
         self.prior, self.doubtful = plausible(verify, n_max)
         self._log_ratio = np.zeros(n_max)
+        self._in_curve = np.zeros(n_max)  # the log ratios the curve was last made from
         self.seen = np.zeros(n_max, dtype=np.int64)
         self._sizes = np.arange(1, n_max + 1, dtype=np.float64)
         self._log_sizes = np.log(self._sizes)
@@ -118,7 +120,11 @@ class VerifyCurve:
         self.seen[i] += 1
         weight = 1.0 / min(self.seen[i], _FADE_AFTER)
         self._log_ratio[i] += weight * (ratio - self._log_ratio[i])
-        self._update()
+        # Remade only when a size's mean moved past _CURVE_LAG since it was last made from it:
+        # most rounds move it by less (and a 2-core CPU spends a fifth of a millisecond a
+        # round on remaking it), and the controller's tables follow moves over 2% only.
+        if self.seen[i] == 1 or abs(self._log_ratio[i] - self._in_curve[i]) > _CURVE_LAG:
+            self._update()
 
     def _learn_noise(self, residual: float, count: int) -> None:
         """One more residual of a size seen `count` times before: its square is noise^2 times
@@ -148,6 +154,7 @@ class VerifyCurve:
         return bool(np.all(apart <= math.log(SHAPE_TOLERANCE) + _SHAPE_Z * error))
 
     def _update(self) -> None:
+        self._in_curve[:] = self._log_ratio
         seen = np.flatnonzero(self.seen)
         if self.shape_holds:
             # One scale, with each size's own evidence on top as it accumulates (few noisy
