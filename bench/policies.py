@@ -50,6 +50,30 @@ PIPED = {"pipe:4": 4, "pipe:8": 8}
 NGRAM = "ngram:8"
 
 
+class MatchGate:
+    """n-gram drafting as llama.cpp's ngram-simple (a match of 12 tokens, then up to 48) and
+    ngram-mod (24, then up to 48) decide it: `k` tokens once the match is `min_match` long,
+    nothing before. Their rule replayed on our answers and costs, not their code."""
+
+    min_confidence = None
+    pipelined = False
+
+    def __init__(self, min_match: int, k: int) -> None:
+        self.min_match, self.k = min_match, k
+
+    def choose(self, options, *, remaining: int = 0, generated: int = 0) -> tuple[str, int]:
+        for name, _ in options:
+            if name.startswith("ngram") and int(name[5:].removesuffix("-mixed")) >= self.min_match:
+                return name, self.k
+        return "", 0
+
+    def observe(self, round_: object) -> None:
+        pass
+
+
+LLAMA_GATES = {"ngram-simple-like": (12, 48), "ngram-mod-like": (24, 48)}
+
+
 def policies(costs: Costs, *, pipelined: bool = False) -> dict[str, tuple[object, dict]]:
     """name -> (controller factory, which sources it may use)."""
     chosen: dict[str, tuple[object, dict]] = {
@@ -59,6 +83,8 @@ def policies(costs: Costs, *, pipelined: bool = False) -> dict[str, tuple[object
         for name, k in PIPED.items():
             chosen[name] = (lambda k=k: FixedLength(k, pipelined=True), {"ngram": False})
     chosen[NGRAM] = (lambda: FixedLength(8), {"draft_model": False})
+    for name, (min_match, k) in LLAMA_GATES.items():
+        chosen[name] = (lambda m=min_match, k=k: MatchGate(m, k), {"draft_model": False})
     chosen["adaptive"] = (lambda: AdaptiveController(costs), {})
     return chosen
 
