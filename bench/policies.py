@@ -25,8 +25,9 @@ from pathlib import Path
 
 import numpy as np
 
-from specllama.engine.control import FixedLength
-from specllama.policy.controller import AdaptiveController
+from specllama.engine.control import NGRAM as NGRAM_KIND
+from specllama.engine.control import FixedLength, kind_of
+from specllama.policy.controller import AdaptiveController, match_length
 from specllama.policy.costs import Costs
 from specllama.policy.simulator import MachineCosts, Trace, simulate, synthetic_trace
 
@@ -63,7 +64,7 @@ class MatchGate:
 
     def choose(self, options, *, remaining: int = 0, generated: int = 0) -> tuple[str, int]:
         for name, _ in options:
-            if name.startswith("ngram") and int(name[5:].removesuffix("-mixed")) >= self.min_match:
+            if kind_of(name) == NGRAM_KIND and match_length(name) >= self.min_match:
                 return name, self.k
         return "", 0
 

@@ -104,21 +104,24 @@ _GRID = 100
 _COPY_A_MAX = 0.99
 
 
+def match_length(source: str) -> int:
+    """N of an n-gram source's name, "ngramN" or "ngramN-mixed" (3 when it gives none)."""
+    return int(source[len(NGRAM) :].removesuffix(MIXED) or 3)
+
+
 def lane_of(source: str) -> str:
     """The controller's statistics key for a source name: "ngramN" (a match of N tokens) is
     bucketed by NGRAM_LANES (1, 2, 3, 4-5, 6-11, 12-23, 24+), a mixed one as such up to 3;
     other names are their own key."""
     if not source.startswith(NGRAM):
         return source
-    size, mixed = source[len(NGRAM) :], source.endswith(MIXED)
-    size = int(size.removesuffix(MIXED) or 3)
-    lane = max(b for b in NGRAM_LANES if b <= max(size, 1))
-    return f"{NGRAM}{lane}{MIXED if mixed and lane <= 3 else ''}"
+    lane = max(b for b in NGRAM_LANES if b <= max(match_length(source), 1))
+    return f"{NGRAM}{lane}{MIXED if source.endswith(MIXED) and lane <= 3 else ''}"
 
 
 def _too_short(source: str) -> bool:
     lane = lane_of(source)
-    return lane.startswith(NGRAM) and int(lane[len(NGRAM) :].removesuffix(MIXED)) < MIN_MATCH
+    return lane.startswith(NGRAM) and match_length(lane) < MIN_MATCH
 
 
 @dataclass
