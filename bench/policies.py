@@ -10,7 +10,8 @@ for every policy, so differences are the policy's alone.
 
 `record` runs the target alone on each prompt (greedy), evaluates the draft model on the answer
 (teacher forcing) and looks up n-grams, and stores the machine's measured costs with it.
-Replayed times are the cost model's, not measurements: `specllama bench` measures.
+Replayed times are the cost model's, not measurements: `specllama bench` measures. `replay` also
+gives an upper bound: the best rounds for each answer, chosen knowing it in advance.
 """
 
 from __future__ import annotations
@@ -29,7 +30,13 @@ from specllama.engine.control import NGRAM as NGRAM_KIND
 from specllama.engine.control import FixedLength, kind_of
 from specllama.policy.controller import AdaptiveController, match_length
 from specllama.policy.costs import Costs
-from specllama.policy.simulator import MachineCosts, Trace, simulate, synthetic_trace
+from specllama.policy.simulator import (
+    MachineCosts,
+    Trace,
+    oracle_speedup,
+    simulate,
+    synthetic_trace,
+)
 
 # NVIDIA H200, 7B-shaped F16 target, 0.5B-shaped draft (DESIGN.md, issue 9): one target token
 # 7.2 ms, verifying 2/4/8/16 tokens 1.25/1.28/1.36/1.74x, a draft step 0.23x.
@@ -72,6 +79,7 @@ class MatchGate:
         pass
 
 
+ORACLE = "oracle (upper bound)"
 LLAMA_GATES = {"ngram-simple-like": (12, 48), "ngram-mod-like": (24, 48)}
 
 
@@ -149,12 +157,16 @@ def replay(args: argparse.Namespace) -> None:
             result = simulate(trace, make(), machine, **sources)
             speedups[name][trace.category].append(result.speedup)
             speedups[name]["all"].append(result.speedup)
+        best = oracle_speedup(trace, machine)
+        speedups[ORACLE][trace.category].append(best)
+        speedups[ORACLE]["all"].append(best)
     categories = [*sorted({t.category for t in traces}), "all"]
     print("| policy | " + " | ".join(categories) + " | worst prompt |")
     print("|---|" + "---:|" * (len(categories) + 1))
     for name, by_category in speedups.items():
         cells = [f"{statistics.median(by_category[c]):.2f}x" for c in categories]
         print(f"| {name} | " + " | ".join(cells) + f" | {min(by_category['all']):.2f}x |")
+    print(f"\n{ORACLE}: the best rounds for each answer, known in advance; no policy can beat it.")
 
 
 # -- gpu --------------------------------------------------------------------------------------

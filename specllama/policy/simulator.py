@@ -301,6 +301,30 @@ def _model_draft_length(trace: Trace, pos: int, k: int, min_confidence: float | 
     return k
 
 
+def oracle_speedup(trace: Trace, machine: MachineCosts, *, max_tokens: int | None = None) -> float:
+    """The speedup of the best rounds any policy could choose on `trace`, knowing the answer in
+    advance: at each position, the target alone, or a draft of exactly as many tokens as will
+    be accepted (n-gram, or the draft model with no catch-up to pay), whichever makes the whole
+    answer soonest (a shortest path over positions). An upper bound for `simulate` on the same
+    noiseless machine: what is left to win here is the gap to it."""
+    n = min(len(trace), max_tokens or len(trace))
+    drafting = machine.overhead_plain_s + machine.overhead_round_s
+    soonest = [0.0] * (n + 1)  # soonest[i]: the time to emit the answer from position i on
+    for i in range(n - 1, -1, -1):
+        best = machine.verify(1) + machine.overhead_plain_s + soonest[i + 1]
+        longest = n - i - 1  # a round emits its accepted drafts and one token of the target's
+        copied = min(trace.ngram_run[i], trace.ngram_offer[i], longest)
+        guessed = trace.model_run(i, longest)
+        for k in range(1, max(copied, guessed) + 1):
+            verify = machine.verify(k + 1) + drafting + soonest[i + k + 1]
+            if k <= copied:
+                best = min(best, verify)
+            if k <= guessed:
+                best = min(best, verify + k * machine.draft_step())
+        soonest[i] = best
+    return machine.target_alone(n) / soonest[0] if soonest[0] else 0.0
+
+
 def median_speedup(results: Sequence[SimResult]) -> float:
     return float(np.median([r.speedup for r in results])) if results else 0.0
 

@@ -3,7 +3,9 @@ with a fixed controller gives the rounds the real loop gives on the same models.
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,8 +16,16 @@ from specllama.engine.drafters import DraftModelDrafter, NgramDrafter
 from specllama.engine.events import RoundEvent, TokenEvent
 from specllama.engine.sampling import SamplingParams
 from specllama.engine.speculative import generate
+from specllama.policy.controller import AdaptiveController
 from specllama.policy.costs import Costs
-from specllama.policy.simulator import MachineCosts, Trace, record_trace, simulate, synthetic_trace
+from specllama.policy.simulator import (
+    MachineCosts,
+    Trace,
+    oracle_speedup,
+    record_trace,
+    simulate,
+    synthetic_trace,
+)
 
 COSTS = Costs(verify_s=((1, 0.01), (8, 0.02)), draft_step_s=0.002, draft_catchup_s=0.001)
 
@@ -106,3 +116,40 @@ def test_the_clock_runs_a_draft_ahead_beside_the_verify():
         assert first.wall_s == pytest.approx(4 * COSTS.draft_step_s + side_by_side)
         assert second.wall_s == pytest.approx(side_by_side)  # its draft was made ahead
         assert third.n_ahead == 0 and third.wall_s == pytest.approx(verify)
+
+
+def copying(n: int, run: list[int]) -> Trace:
+    """A trace where only n-gram lookup is ever right: `run[i]` tokens of its offer at i."""
+    return Trace((False,) * n, (0.9,) * n, (3,) * n, tuple(run), tuple(run), n_prompt=1)
+
+
+def test_the_oracle_drafts_shorter_than_the_copy_where_a_long_batch_is_dear():
+    # A batch of 2 costs 1.1 tokens, of 3 costs 3: of a copy of 2 at the start, the best is one
+    # draft (1.1), then the target alone (1), not both drafts at once (3).
+    costs = Costs(verify_s=((1, 1.0), (2, 1.1), (3, 3.0)))
+    trace = copying(3, [2, 0, 0])
+    assert oracle_speedup(trace, MachineCosts(costs)) == pytest.approx(3 / 2.1)
+
+
+def test_the_oracle_drafts_nothing_where_no_batch_is_cheaper_than_its_tokens():
+    costs = Costs(verify_s=((1, 1.0), (8, 8.0)))
+    trace = copying(8, [7, 6, 5, 4, 3, 2, 1, 0])
+    assert oracle_speedup(trace, MachineCosts(costs, overhead_round_s=0.01)) == pytest.approx(1.0)
+
+
+RECORDED = Path(__file__).resolve().parents[2] / "bench/results/traces-q4km-epyc.json"
+
+
+def test_no_policy_beats_the_oracle_on_recorded_answers():
+    recorded = json.loads(RECORDED.read_text())
+    true = Costs.from_dict(recorded["costs"])
+    machine = MachineCosts(true, overhead_plain_s=0.0002, overhead_round_s=0.0004)
+    gaps = []
+    for data in recorded["traces"]:
+        trace = Trace.from_dict(data)
+        best = oracle_speedup(trace, machine)
+        for controller in (AdaptiveController(true), FixedLength(2), FixedLength(8)):
+            assert simulate(trace, controller, machine).speedup <= best + 1e-9, trace.name
+        gaps.append(best / simulate(trace, AdaptiveController(true), machine).speedup)
+    # It is a bound that some answers come close to, not one far above every policy.
+    assert min(gaps) < 1.02
