@@ -306,7 +306,8 @@ def oracle_speedup(trace: Trace, machine: MachineCosts, *, max_tokens: int | Non
     advance: at each position, the target alone, or a draft of exactly as many tokens as will
     be accepted (n-gram, or the draft model with no catch-up to pay), whichever makes the whole
     answer soonest (a shortest path over positions). An upper bound for `simulate` on the same
-    noiseless machine: what is left to win here is the gap to it."""
+    noiseless machine, drafting in turn (a draft made beside the verify, where the machine's
+    overlap is below 1, can beat it): what is left to win here is the gap to it."""
     n = min(len(trace), max_tokens or len(trace))
     drafting = machine.overhead_plain_s + machine.overhead_round_s
     soonest = [0.0] * (n + 1)  # soonest[i]: the time to emit the answer from position i on
