@@ -102,6 +102,12 @@ _ROUTINE_BACKLOG = 2
 # somewhere, and a draft of 48 at "a = 1" loses most of it there.
 _GRID = 100
 _COPY_A_MAX = 0.99
+# The length probe's odds: what a probe would save if long batches are as cheap as plausible,
+# over the tokens still expected, counted at this share against what it loses if the rounds'
+# line is right. Chosen on the EPYC's recorded answers under a busy calibration: at 1/2, a copy
+# went on at drafts of 2 (code editing 1.35-1.46x, 1.64x with true costs); at 3/4, 1.56-1.64x;
+# at 1, 1.64x, but the Spec-Bench summaries fell from 1.03x to 0.99-1.01x.
+_PROBE_ODDS = 0.75
 
 
 def match_length(source: str) -> int:
@@ -355,7 +361,7 @@ class AdaptiveController:
         batch twice the largest seen costs, where the calibration's shape is not trusted and the
         rounds' straight line may make long drafts look dearer than they are. Taken when, if
         the batch costs as little as is plausible, what that would save over the tokens still
-        expected (at even odds) exceeds what the round loses if the line is right."""
+        expected (at `_PROBE_ODDS`) exceeds what the round loses if the line is right."""
         live = self.live
         longer = min(2 * live.verify_curve.largest - 1, 2 * self._copied, self.table(NGRAM).k_max)
         if longer <= k:
@@ -365,7 +371,7 @@ class AdaptiveController:
         if hoped <= rate * (1.0 + self.margin):
             return k
         loss = live.round(NGRAM, longer) - tokens / rate
-        gain = 0.5 * horizon * (1.0 / rate - 1.0 / hoped)
+        gain = _PROBE_ODDS * horizon * (1.0 / rate - 1.0 / hoped)
         return longer if gain > loss else k
 
     def _rest(self, source: _Source, *, forget: bool) -> None:

@@ -176,8 +176,9 @@ RECORDED = Path(__file__).resolve().parents[2] / "bench/results/traces-q4km-epyc
 def test_a_calibration_whose_shape_is_not_trusted_still_finds_what_long_drafts_cost():
     """The recorded code edits, with the calibration measured beside two busy loops (doubtful,
     so the rounds' own line is the shape): probes of twice the largest batch seen, while a copy
-    is accepted in full, keep 90% of the speedup the true costs give (the median over the edits
-    and three seeds; 95% when written, the line alone 78%: drafts of 1-3 through whole copies)."""
+    is accepted in full, keep 97% of the speedup the true costs give (the median over the edits
+    and three seeds; 98.3% when written, 95.4% when the probe's odds were 1/2, the line alone
+    78%: drafts of 1-3 through whole copies)."""
     recorded = json.loads(RECORDED.read_text())
     true = Costs.from_dict(recorded["costs"])
     prior = lies(true)["beside busy loops"]
@@ -192,7 +193,7 @@ def test_a_calibration_whose_shape_is_not_trusted_still_finds_what_long_drafts_c
             truth = simulate(trace, AdaptiveController(true), machine, seed=seed).speedup
             kept.append(told / truth)
     assert len(kept) == 18
-    assert statistics.median(kept) >= 0.9, f"{statistics.median(kept):.3f}"
+    assert statistics.median(kept) >= 0.97, f"{statistics.median(kept):.3f}"
 
 
 # -- in the loop, on the fake backend -------------------------------------------------------
