@@ -83,6 +83,26 @@ def test_a_text_that_is_not_an_extension_is_indexed_afresh() -> None:
     assert len(index) == 3 and index.longest_match() == Match(1, 0, 1, 1)
 
 
+def test_a_new_text_of_the_same_length_is_searched_afresh() -> None:
+    index = indexed([1, 2, 1, 2])
+    assert index.longest_match() == Match(2, 1, 1, 1)
+    index.sync([5, 6, 7, 8])
+    assert index.longest_match() is None
+
+
+def test_a_round_searches_the_text_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    drafter = NgramDrafter()
+    searches = []
+    search = CopyIndex._find_longest
+    monkeypatch.setattr(CopyIndex, "_find_longest", lambda self: searches.append(1) or search(self))
+    text = [*range(10, 30), 5, *range(10, 22)]
+    for _ in range(3):  # what it offers, then its draft, as the loop asks each round
+        drafter.sources(text)
+        drafter.propose(text, 4, SamplingParams())
+        text.append(text[-1] + 1)
+    assert len(searches) == 3
+
+
 def test_the_drafter_names_its_source_by_the_match_length() -> None:
     drafter = NgramDrafter()
     text = [*range(10, 30), 5, *range(10, 22)]
