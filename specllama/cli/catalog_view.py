@@ -163,12 +163,10 @@ def doctor_table(report: Doctor, calibrations: list[dict[str, object]] = ()) -> 
         pair = Path(str(measured["target"])).name
         if measured["draft"]:
             pair += f" + {Path(str(measured['draft'])).name}"
-        problems = "; ".join(measured.get("problems") or ())
         if measured.get("stale"):
             state = f"stale, measured again next run: {measured['stale']}"
         else:
-            checks = f"checks failed: {problems}" if problems else "checks passed"
-            state = f"measured {measured['created']}, {checks}"
+            state = f"measured {measured['created']}, {measured['checks']}"
         rows.append(("calibration", f"{pair}: {measured['summary']} ({state})"))
     rows.extend(("note", note) for note in report.notes)
     for key, value in rows:

@@ -339,6 +339,11 @@ def _wall(work: Callable[[], object]) -> float:
     return time.perf_counter() - started
 
 
+def checks_verdict(problems: Sequence[str]) -> str:
+    """How a cached calibration fared in the checks, as bench and doctor say it."""
+    return "checks failed: " + "; ".join(problems) if problems else "checks passed"
+
+
 @dataclass(frozen=True)
 class Calibration:
     """The costs a run starts from, and where they come from (for doctor, bench, --json)."""
@@ -355,11 +360,8 @@ class Calibration:
 
     def describe(self) -> str:
         """One line: which calibration is in use, and whether it was re-measured."""
-        if self.source == "cache":
-            checks = (
-                "checks passed" if self.trusted else "checks failed: " + "; ".join(self.problems)
-            )
-            return f"cached, measured {self.created}, {checks}"
+        if self.source == "cache":  # trusted exactly when it was cached with no problems
+            return f"cached, measured {self.created}, {checks_verdict(self.problems)}"
         line = f"measured now ({self.reason}): {self.attempts} attempt(s), {self.seconds:.1f} s"
         if not self.trusted:
             return f"{line}; checks failed, not cached: {'; '.join(self.problems)}"
@@ -450,6 +452,7 @@ def cached_calibrations() -> list[dict[str, object]]:
                 "measure_s": data.get("measure_s"),
                 "stale": data.get("stale"),
                 "problems": data.get("problems", []),  # cached despite failed checks
+                "checks": checks_verdict(data.get("problems", [])),
                 "costs": costs.as_dict(),
                 "summary": summary(costs),
             }

@@ -240,6 +240,10 @@ def test_one_cached_despite_failed_checks_says_so(tmp_path, cache):
     assert used.source == "cache" and not used.trusted and used.problems == problems
     assert used.describe().endswith("checks failed: " + "; ".join(problems))
     assert [c["problems"] for c in calibration.cached_calibrations()] == [list(problems)]
+    # doctor says it as bench does
+    assert [c["checks"] for c in calibration.cached_calibrations()] == [
+        "checks failed: " + "; ".join(problems)
+    ]
     calibration.save(key, Costs(verify_s=((1, 0.03),)))
     assert (
         calibration.load_or_measure(key, TimedFake(0.01, 0.005), None)
