@@ -103,7 +103,7 @@ class KnownSurvival:
         for trace in traces:
             for i, match in enumerate(trace.ngram_match):
                 if match:
-                    runs[lane_of(_source(trace, i))].append(
+                    runs[lane_of(trace.ngram_source(i))].append(
                         (trace.ngram_run[i], trace.ngram_offer[i])
                     )
         survival = {}
@@ -126,11 +126,6 @@ class KnownSurvival:
 
     def observe(self, round_: object) -> None:
         pass
-
-
-def _source(trace: Trace, i: int) -> str:
-    mixed = trace.ngram_unanimous and not trace.ngram_unanimous[i]
-    return f"ngram{trace.ngram_match[i]}{'-mixed' if mixed else ''}"
 
 
 def policies(costs: Costs, *, pipelined: bool = False) -> dict[str, tuple[object, dict]]:

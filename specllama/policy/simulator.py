@@ -53,6 +53,12 @@ class Trace:
     def __len__(self) -> int:
         return len(self.model_agrees)
 
+    def ngram_source(self, i: int) -> str:
+        """The n-gram drafter's source name at position i, as `NgramDrafter.sources` gives it
+        ("ngramN", or "ngramN-mixed"); call only where `ngram_match[i]` is not 0."""
+        mixed = self.ngram_unanimous and not self.ngram_unanimous[i]
+        return f"{NGRAM}{self.ngram_match[i]}{'-mixed' if mixed else ''}"
+
     def model_run(self, i: int, n: int) -> int:
         """How many of n model drafts from position i agree in a row."""
         run = 0
@@ -179,8 +185,7 @@ def simulate(
         pos = state.pos
         options: list[tuple[str, int]] = []
         if ngram and trace.ngram_match[pos]:
-            mixed = trace.ngram_unanimous and not trace.ngram_unanimous[pos]
-            options.append((f"{NGRAM}{trace.ngram_match[pos]}{'-mixed' if mixed else ''}", 0))
+            options.append((trace.ngram_source(pos), 0))
         backlog = max(trace.n_prompt + pos - state.model_done, 0)
         if draft_model:
             options.append((MODEL, backlog))
