@@ -94,8 +94,11 @@ class KnownSurvival:
     pipelined = False
 
     def __init__(self, survival: dict[str, np.ndarray], costs: Costs, k_max: int = 48) -> None:
-        self.survival = survival
-        self.cost = np.array([costs.verify(k + 1) for k in range(k_max + 1)])
+        cost = np.array([costs.verify(k + 1) for k in range(k_max + 1)])
+        self.best = {}  # lane -> its best draft length (0: the target alone)
+        for lane, shares in survival.items():
+            tokens = 1.0 + np.concatenate([[0.0], np.cumsum(shares)])[: len(cost)]
+            self.best[lane] = int((tokens / cost[: len(tokens)]).argmax())
 
     @classmethod
     def of(cls, traces: list[Trace], costs: Costs) -> KnownSurvival:
@@ -117,10 +120,8 @@ class KnownSurvival:
 
     def choose(self, options, *, remaining: int = 0, generated: int = 0) -> tuple[str, int]:
         for name, _ in options:
-            shares = self.survival.get(lane_of(name))
-            if kind_of(name) == NGRAM_KIND and shares is not None:
-                tokens = 1.0 + np.concatenate([[0.0], np.cumsum(shares)])[: len(self.cost)]
-                k = int((tokens / self.cost[: len(tokens)]).argmax())
+            k = self.best.get(lane_of(name))
+            if kind_of(name) == NGRAM_KIND and k is not None:
                 return (name, k) if k else ("", 0)
         return "", 0
 
