@@ -318,10 +318,12 @@ def doctor(json_out: JsonOut = False) -> None:
     )
     report = doctor_report(facts, catalog=catalog, amx=amx_report)
     calibrations = calibration.cached_calibrations()
+    mtp = local_cmd.models_with_mtp()  # local models with their own draft head
     if json_out:
-        print(json.dumps({**report.as_json(), "calibrations": calibrations}, indent=2))
+        extra = {"calibrations": calibrations, "mtp_models": mtp}
+        print(json.dumps({**report.as_json(), **extra}, indent=2))
     else:
-        catalog_view.show(catalog_view.doctor_table(report, calibrations))
+        catalog_view.show(catalog_view.doctor_table(report, calibrations, mtp))
 
 
 app.command("bench")(friendly_errors(bench_cmd.bench))

@@ -22,10 +22,11 @@ from rich.text import Text
 
 from specllama.cli.ui import stderr_console
 from specllama.llama.amx import CRASHES, WORKS, AmxReport
-from specllama.models.catalog import Catalog, ModelRef
+from specllama.models.catalog import MTP, Catalog, ModelRef
 from specllama.models.hardware import Doctor, PairRow
 
 ProgressFor = Callable[[ModelRef], Callable[[int, int], None]]
+MTP_NAMES_SHOWN = 3  # `doctor` names a few; `models --local` lists them all
 
 
 def show(renderable: RenderableType) -> None:
@@ -99,7 +100,7 @@ def models_table(rows: list[PairRow], catalog: Catalog) -> Table:
         table.add_row(
             f"{row.name}{marks}",
             _short(catalog.model(row.target)),
-            _short(catalog.model(row.draft)),
+            _draft_cell(row, catalog),
             _size(size, row.size_exact),
             "[green]yes[/green]" if row.downloaded else "no",
             row.fit,
@@ -109,6 +110,14 @@ def models_table(rows: list[PairRow], catalog: Catalog) -> Table:
 
 def _short(model: ModelRef) -> str:
     return f"{model.params or '?'} {model.quant or ''}".strip()
+
+
+def _draft_cell(row: PairRow, catalog: Catalog) -> str:
+    """The draft's size, or how an MTP pair drafts: the target's own layers, or an assistant."""
+    if row.own_heads:
+        return "own MTP head"
+    draft = _short(catalog.model(row.draft))
+    return f"{draft} MTP" if row.drafter == MTP else draft
 
 
 def _amx_rows(amx: AmxReport) -> list[tuple[str, str]]:
@@ -126,7 +135,22 @@ def _amx_rows(amx: AmxReport) -> list[tuple[str, str]]:
     ]
 
 
-def doctor_table(report: Doctor, calibrations: list[dict[str, object]] = ()) -> Table:
+def _mtp_row(refs: list[str]) -> tuple[str, str]:
+    """One short line: how many local models carry their own draft head, and a few of them."""
+    if not refs:
+        return ("MTP draft heads", "no local model carries its own")
+    names = ", ".join(escape(r) for r in refs[:MTP_NAMES_SHOWN])
+    if len(refs) > MTP_NAMES_SHOWN:
+        names += f" and {len(refs) - MTP_NAMES_SHOWN} more (models --local)"
+    return ("MTP draft heads", f"{len(refs)} local model(s) carry their own: {names} "
+            "(--drafter mtp)")  # fmt: skip
+
+
+def doctor_table(
+    report: Doctor,
+    calibrations: list[dict[str, object]] = (),
+    mtp_models: list[str] | None = None,
+) -> Table:
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold")
     table.add_column()
@@ -168,6 +192,8 @@ def doctor_table(report: Doctor, calibrations: list[dict[str, object]] = ()) -> 
         else:
             state = f"measured {measured['created']}, {measured['checks']}"
         rows.append(("calibration", f"{pair}: {measured['summary']} ({state})"))
+    if mtp_models is not None:  # None: the local stores could not be searched
+        rows.append(_mtp_row(mtp_models))
     rows.extend(("note", note) for note in report.notes)
     for key, value in rows:
         table.add_row(key, value)

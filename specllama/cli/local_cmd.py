@@ -73,6 +73,16 @@ def show_local(
         catalog_view.show(local_view.local_view(groups, pairs, problems, any_measured))
 
 
+def models_with_mtp() -> list[str] | None:
+    """The REFs of the models here that carry their own draft head, for `doctor` (headers only,
+    from the cache after the first look); None when the stores cannot be searched."""
+    try:
+        found = local.scan(catalog=load_catalog())
+    except SpecllamaError:  # doctor reports the rest of the machine all the same
+        return None
+    return [m.ref for m in local_view.mtp_models([found.models])]
+
+
 def _measured_lookup(settings: pair_probe.ProbeSettings) -> local_pairs.Measured:
     def lookup(target: LocalModel, draft: LocalModel) -> float | None:
         found = pair_probe.cached(target.path, draft.path, settings)

@@ -51,29 +51,54 @@ def local_view(
         )
     else:
         parts.append(Text("no draft/target pairs among these models", style="yellow"))
+    if own := mtp_models(groups):
+        parts.append(
+            Text.from_markup(
+                f"[dim]with its own draft head:[/dim] specllama run --target "
+                f'{escape(own[0].ref)} --drafter mtp "..."',
+            )
+        )
     for problem in problems:
         parts.append(Text(f"skipped {problem.where}: {problem.reason}", style="dim"))
     return Group(*parts)
 
 
+def mtp_models(groups: list[list[LocalModel]]) -> list[LocalModel]:
+    """The models that carry their own draft head (MTP layers), largest first."""
+    return sorted((m for g in groups for m in g if m.has_mtp), key=lambda m: -m.size)
+
+
 def models_table(groups: list[list[LocalModel]]) -> Table:
-    """One row per model, grouped by vocabulary (models in a group can draft for each other)."""
-    table = Table(header_style="bold", caption="vocab: models with the same letter share one")
+    """One row per model, grouped by vocabulary (models in a group can draft for each other);
+    an MTP column only when some model carries its own draft head (most never do)."""
+    with_mtp = bool(mtp_models(groups))
+    caption = "vocab: models with the same letter share one" + (
+        "   MTP: its own draft head (--drafter mtp)" if with_mtp else ""
+    )
+    table = Table(header_style="bold", caption=caption)
     table.add_column("vocab", no_wrap=True)
     table.add_column("model (REF, and its name)", overflow="fold")
     table.add_column("size", no_wrap=True)
     table.add_column("ctx", no_wrap=True, justify="right")
+    if with_mtp:
+        table.add_column("MTP", no_wrap=True)
     for i, group in enumerate(groups):
         letter = chr(ord("A") + i) if i < 26 else str(i + 1)
         for model in sorted(group, key=lambda m: -m.size):
             context = model.header.context_length
-            table.add_row(
+            row = [
                 letter,
                 f"{escape(model.ref)}\n[dim]{escape(model.label)}[/dim]",
                 f"{params(model)} {model.header.quant or '?'}\n{_gb(model.size)}",
                 f"{context:,}" if context else "?",
-            )
+            ]
+            table.add_row(*row, *([_mtp_cell(model)] if with_mtp else []))
     return table
+
+
+def _mtp_cell(model: LocalModel) -> str:
+    n = model.header.n_nextn
+    return f"[green]yes[/green] ({n} layer{'s' * (n > 1)})" if model.has_mtp else ""
 
 
 def pairs_table(pairs: list[LocalPair], measured: bool) -> Table:
@@ -143,6 +168,8 @@ def _model_json(model: LocalModel, group: int) -> dict[str, Any]:
         "quant": header.quant,
         "size": model.size,
         "context_length": header.context_length,
+        "mtp": model.has_mtp,  # carries its own draft head: --drafter mtp
+        "n_nextn": header.n_nextn,
         "vocab_group": group,
         "vocab": None
         if vocab is None

@@ -1,9 +1,10 @@
 """What a GGUF file's header says, read in pure Python (no llama.cpp, no weights).
 
 `read_header` gives what the local model listing needs: architecture, name, size label,
-parameters (the tensors' element counts), quantisation, context length and the vocabulary facts
-llama.cpp compares (with a `VocabPrint` of the token texts). `tensor_types` tells whether a model
-holds tensors of the types llama.cpp's AMX kernels take (see `specllama.llama.amx`).
+parameters (the tensors' element counts), quantisation, context length, the multi-token
+prediction ("nextn") layers the file carries, and the vocabulary facts llama.cpp compares (with a
+`VocabPrint` of the token texts). `tensor_types` tells whether a model holds tensors of the types
+llama.cpp's AMX kernels take (see `specllama.llama.amx`).
 
 Format: https://github.com/ggml-org/ggml/blob/master/docs/gguf.md (version 2 and 3:
 little-endian, 64-bit counts and lengths). Only the header is read, in growing chunks: a 150k-token
@@ -72,6 +73,22 @@ class GgufHeader:
     vocab_print: VocabPrint | None
     tokenizer: str | None  # tokenizer.ggml.model ("gpt2", "llama", ...)
     tokenizer_pre: str | None
+    # {arch}.nextn_predict_layers: multi-token prediction (MTP) layers in this file, 0 when the
+    # key is absent. Qwen3.5/3.6, GLM, DeepSeek V3 files carry them beside the trunk (many
+    # converters strip them); a Gemma 4 assistant file is nothing but them.
+    n_nextn: int = 0
+
+    @property
+    def has_mtp(self) -> bool:
+        """The file carries its own multi-token prediction layers (a draft head)."""
+        return self.n_nextn > 0
+
+    @property
+    def is_mtp_assistant(self) -> bool:
+        """A drafter file for another model (Gemma 4's "assistant": architecture
+        `gemma4-assistant`), not a model that runs on its own."""
+        arch = (self.architecture or "").lower().replace("_", "-")
+        return arch.endswith("-assistant")
 
     @property
     def quant(self) -> str | None:
@@ -308,6 +325,7 @@ class _HeaderParser:
             vocab_print=self.vocab_print,
             tokenizer=tokenizer,
             tokenizer_pre=_str(meta.get("tokenizer.ggml.pre")),
+            n_nextn=_int(meta.get(f"{arch}.nextn_predict_layers"), 0) or 0,
         )
 
     def _vocab(self, tokenizer: str | None) -> VocabInfo | None:

@@ -29,7 +29,10 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 CATALOG_ENV = "SPECLLAMA_CATALOG"
-DRAFTERS = ("model", "ngram", "none")
+DRAFTERS = ("model", "mtp", "ngram", "none")
+# A pair that drafts with multi-token prediction layers: the target's own (no `draft`: the
+# pair's draft is the target itself) or an MTP assistant file (`draft`, e.g. Gemma 4's).
+MTP = "mtp"
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _COMMIT = re.compile(r"[0-9a-f]{40}")
 
@@ -44,6 +47,7 @@ _BITS_PER_WEIGHT = {
     "Q5_K_M": 5.7,
     "Q5_0": 5.5,
     "Q4_K_M": 4.9,
+    "UD-Q4_K_XL": 4.9,  # unsloth's dynamic 4-bit: Q4_K with some tensors kept wider
     "Q4_K_S": 4.6,
     "Q4_1": 5.0,
     "Q4_0": 4.5,
@@ -106,10 +110,15 @@ class Pair:
 
     name: str
     target: str
-    draft: str
+    draft: str  # the target itself when it drafts with its own MTP heads (`own_heads`)
     draft_max: int = 5
     drafter: str = "model"
     description: str = ""
+
+    @property
+    def own_heads(self) -> bool:
+        """The target drafts with its own MTP layers: there is no second file."""
+        return self.drafter == MTP and self.draft == self.target
 
 
 @dataclass(frozen=True)
@@ -323,17 +332,21 @@ def _parse_pair(where: str, name: str, entry: object) -> Pair:
     if not isinstance(entry, dict):
         raise CatalogError(f"{where} must be a table")
     _no_unknown_keys(where, entry, {"target", "draft", "draft_max", "drafter", "description"})
-    for key in ("target", "draft"):
-        if not isinstance(entry.get(key), str):
-            raise CatalogError(f'{where} needs {key} = "<model name>"')
-    draft_max = entry.get("draft_max", 5)
-    if not isinstance(draft_max, int) or isinstance(draft_max, bool) or not 1 <= draft_max <= 64:
-        raise CatalogError(f"{where}: draft_max must be an integer from 1 to 64")
     drafter = entry.get("drafter", "model")
     if drafter not in DRAFTERS:
         raise CatalogError(f"{where}: drafter must be one of {', '.join(DRAFTERS)}")
+    if not isinstance(entry.get("target"), str):
+        raise CatalogError(f'{where} needs target = "<model name>"')
+    # With MTP the target's own heads draft unless an assistant file is named.
+    draft = entry.get("draft", entry["target"] if drafter == MTP else None)
+    if not isinstance(draft, str):
+        hint = f'or drafter = "{MTP}" for a target with its own draft head'
+        raise CatalogError(f'{where} needs draft = "<model name>"', hint=hint)
+    draft_max = entry.get("draft_max", 5)
+    if not isinstance(draft_max, int) or isinstance(draft_max, bool) or not 1 <= draft_max <= 64:
+        raise CatalogError(f"{where}: draft_max must be an integer from 1 to 64")
     description = _opt_str(where, "description", entry.get("description")) or ""
-    return Pair(name, entry["target"], entry["draft"], draft_max, drafter, description)
+    return Pair(name, entry["target"], draft, draft_max, drafter, description)
 
 
 def _check_links(catalog: Catalog, where: Mapping[str, str]) -> None:

@@ -22,7 +22,7 @@ import psutil
 from specllama.llama.amx import AMX_TYPES, CRASHES, AmxReport
 from specllama.llama.gguf_info import tensor_types
 from specllama.models import hub
-from specllama.models.catalog import Catalog, ModelRef, user_catalog_path
+from specllama.models.catalog import MTP, Catalog, ModelRef, user_catalog_path
 
 # Beyond the weights, a model needs its KV cache and compute buffers: at a few thousand tokens of
 # context that is roughly a tenth of the weights plus a fixed amount.
@@ -256,8 +256,13 @@ class PairRow:
     def downloaded(self) -> bool:
         return self.target_downloaded and self.draft_downloaded
 
+    @property
+    def own_heads(self) -> bool:
+        """The target drafts with its own MTP layers (draft is the target, draft_size 0)."""
+        return self.drafter == MTP and self.draft == self.target
+
     def as_json(self) -> dict[str, Any]:
-        return {**asdict(self), "downloaded": self.downloaded}
+        return {**asdict(self), "downloaded": self.downloaded, "own_heads": self.own_heads}
 
 
 def pair_rows(
@@ -273,11 +278,13 @@ def pair_rows(
     rows = []
     for pair in catalog.pairs.values():
         target, draft = catalog.model(pair.target), catalog.model(pair.draft)
+        # A target with its own MTP heads is its own draft: one file, counted once.
+        draft_size = 0 if pair.own_heads else draft.approx_size
         if workers_free is None:
-            fit = fits([target.approx_size, draft.approx_size], machine, build.gpu_offload)
+            fit = fits([target.approx_size, draft_size], machine, build.gpu_offload)
         else:
             fit = fits_with_workers(
-                target.approx_size, draft.approx_size, machine, build.gpu_offload, workers_free
+                target.approx_size, draft_size, machine, build.gpu_offload, workers_free
             )
         rows.append(
             PairRow(
@@ -286,7 +293,7 @@ def pair_rows(
                 target=target.name,
                 draft=draft.name,
                 target_size=target.approx_size,
-                draft_size=draft.approx_size,
+                draft_size=draft_size,
                 size_exact=target.size is not None and draft.size is not None,
                 target_downloaded=is_downloaded(target),
                 draft_downloaded=is_downloaded(draft),

@@ -21,7 +21,9 @@ from specllama.llama.gguf_info import GgufHeader, read_header
 from specllama.llama.vocab import VocabInfo, VocabPrint
 from specllama.paths import cache_dir
 
-FORMAT = 1
+# 2: headers carry n_nextn (MTP layers). A cache of an older format is dropped whole and read
+# again: its entries would otherwise load with the field's default, 0, and hide a model's heads.
+FORMAT = 2
 
 
 def cache_path() -> Path:

@@ -3,7 +3,8 @@ lists, what `--draft auto` chooses from.
 
 `scan` looks in every store (`specllama.models.stores`) and the saved folders, and reads each
 model's GGUF header once (`header_cache`); a file that is no model is a `Problem` line, never
-an error.
+an error. So is an MTP assistant (Gemma 4's drafter file): it drafts for its model and cannot
+run, or draft for another model, on its own.
 """
 
 from __future__ import annotations
@@ -41,6 +42,11 @@ class LocalModel:
         return self.header.name or self.found.path.name
 
     @property
+    def has_mtp(self) -> bool:
+        """Carries its own draft head (MTP layers) and runs on its own: --drafter mtp."""
+        return self.header.has_mtp and not self.header.is_mtp_assistant
+
+    @property
     def family(self) -> str | None:
         """general.basename (e.g. "Qwen2.5-Coder"), else the architecture, lower case."""
         name = self.header.basename or self.header.architecture
@@ -76,12 +82,24 @@ def scan(
     cache = cache or HeaderCache()
     models, problems = [], list(findings.problems)
     for found in findings.found:
-        try:
-            models.append(read_model(found, cache))
-        except ModelLoadError as exc:
-            problems.append(Problem(found.ref, _without_path(str(exc), found.path)))
+        item = _model_or_problem(found, cache)
+        if isinstance(item, Problem):
+            problems.append(item)
+        else:
+            models.append(item)
     cache.save()
     return LocalScan(models, problems, cache)
+
+
+ASSISTANT = "an MTP assistant, which drafts for its own model (--drafter mtp) and never alone"
+
+
+def _model_or_problem(found: Found, cache: HeaderCache) -> LocalModel | Problem:
+    try:
+        model = read_model(found, cache)
+    except ModelLoadError as exc:
+        return Problem(found.ref, _without_path(str(exc), found.path))
+    return Problem(found.ref, ASSISTANT) if model.header.is_mtp_assistant else model
 
 
 def read_model(found: Found, cache: HeaderCache) -> LocalModel:

@@ -159,3 +159,59 @@ def test_serve_names_a_model_of_another_tool_by_its_name_there(tmp_path):
         served_name("lmstudio:bartowski/Qwen-GGUF/q4.gguf", blob) == "bartowski/Qwen-GGUF/q4.gguf"
     )
     assert served_name(str(tmp_path / "m.gguf"), tmp_path / "m.gguf") == "m.gguf"
+
+
+def mtp_folder(tmp_path: Path) -> Path:
+    """A Qwen3.5-shaped model with its MTP layer, one without, and a Gemma 4 assistant (under a
+    name that does not start with mtp-, so it is read and not skipped by name)."""
+    from gguf_fakes import vocab, write_gguf
+
+    folder = tmp_path / "mtp-models"
+    folder.mkdir()
+    tokens = vocab(300)
+    write_gguf(folder / "with-head.gguf", tokens, arch="qwen35",
+               extra={"qwen35.nextn_predict_layers": 1},
+               tensors={"token_embd.weight": (300, 64)})  # fmt: skip
+    write_gguf(folder / "plain.gguf", tokens, arch="qwen35")
+    write_gguf(folder / "gemma-assistant.gguf", tokens, arch="gemma4-assistant",
+               extra={"gemma4-assistant.nextn_predict_layers": 4})  # fmt: skip
+    return folder
+
+
+def test_the_listing_marks_the_models_with_their_own_draft_head(bare_machine, tmp_path):
+    folder = mtp_folder(tmp_path)
+    data = local_json("--dir", folder)
+    models = {Path(m["path"]).name: m for m in data["models"]}
+    assert set(models) == {"with-head.gguf", "plain.gguf"}
+    assert models["with-head.gguf"]["mtp"] is True and models["with-head.gguf"]["n_nextn"] == 1
+    assert models["plain.gguf"]["mtp"] is False and models["plain.gguf"]["n_nextn"] == 0
+    (skipped,) = [p for p in data["problems"] if p["where"].endswith("gemma-assistant.gguf")]
+    assert "MTP assistant" in skipped["reason"]
+    table = invoke("models", "--local", "--dir", folder)
+    assert table.exit_code == 0, table.output
+    out = " ".join(table.stdout.split())
+    assert "MTP" in out and "yes (1 layer)" in out
+    assert f"--target {folder / 'with-head.gguf'} --drafter mtp" in out
+
+
+def test_a_listing_without_mtp_models_has_no_mtp_column(bare_machine, tmp_path):
+    from gguf_fakes import vocab, write_gguf
+
+    write_gguf(tmp_path / "plain.gguf", vocab(300), arch="qwen35")
+    table = invoke("models", "--local", "--dir", tmp_path)
+    assert table.exit_code == 0, table.output
+    assert "MTP" not in table.stdout and "--drafter mtp" not in table.stdout
+
+
+def test_doctor_names_the_local_models_with_their_own_draft_head(bare_machine, tmp_path):
+    doctor = CliRunner().invoke(app, ["doctor", "--json"])
+    assert doctor.exit_code == 0, doctor.output
+    assert json.loads(doctor.stdout)["mtp_models"] == []
+    assert "no local model carries its own" in invoke("doctor").stdout
+    folder = mtp_folder(tmp_path)
+    assert invoke("models", "--add-dir", folder, "--json").exit_code == 0
+    data = json.loads(CliRunner().invoke(app, ["doctor", "--json"]).stdout)
+    assert data["mtp_models"] == [str(folder / "with-head.gguf")]  # not the assistant
+    table = " ".join(invoke("doctor").stdout.split())
+    assert "MTP draft heads" in table and "1 local model(s) carry their own" in table
+    assert "with-head.gguf" in table and "--drafter mtp" in table

@@ -190,3 +190,34 @@ def test_a_usual_header_is_read_by_searching_not_walking(tmp_path, monkeypatch):
     walks.clear()
     assert read_header(path, detail=True).vocab_print.detail is not None
     assert sum(walks) == 300  # the detail walks every token (the merges are still skipped)
+
+
+@pytest.mark.parametrize("where", ["extra", "before_tokens", "after_tokens"])
+def test_the_mtp_layers_are_read_wherever_the_key_stands(tmp_path, where):
+    tokens = vocab(200)
+    key = {"qwen35.nextn_predict_layers": 1}
+    kwargs: dict = {"merges": merges_for(tokens), where: key}
+    if where == "after_tokens":
+        kwargs["token_types"] = False  # so that the key is read after a search past the tokens
+    path = write_gguf(tmp_path / "m.gguf", tokens, arch="qwen35", **kwargs)
+    header = read_header(path)
+    assert header.n_nextn == 1 and header.has_mtp and not header.is_mtp_assistant
+    assert without_detail(header) == without_detail(walked(path))
+
+
+def test_without_the_key_a_model_has_no_mtp_layers(tmp_path):
+    tokens = vocab(200)
+    plain = read_header(write_gguf(tmp_path / "plain.gguf", tokens, arch="qwen35"))
+    assert plain.n_nextn == 0 and not plain.has_mtp
+    # Another architecture's key says nothing about this model; 0 layers is none either.
+    other = write_gguf(tmp_path / "other.gguf", tokens, extra={"qwen35.nextn_predict_layers": 1})
+    zero = write_gguf(tmp_path / "zero.gguf", tokens, arch="qwen35",
+                      extra={"qwen35.nextn_predict_layers": 0})  # fmt: skip
+    assert not read_header(other).has_mtp and not read_header(zero).has_mtp
+
+
+def test_a_gemma_4_assistant_is_a_drafter_not_a_model(tmp_path):
+    path = write_gguf(tmp_path / "mtp-gemma.gguf", vocab(50), arch="gemma4-assistant",
+                      extra={"gemma4-assistant.nextn_predict_layers": 4})  # fmt: skip
+    header = read_header(path)
+    assert header.n_nextn == 4 and header.has_mtp and header.is_mtp_assistant

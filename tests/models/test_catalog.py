@@ -49,6 +49,8 @@ def test_every_pair_shares_a_tokenizer_family(builtin: cat.Catalog) -> None:
 
 def test_drafts_are_smaller_than_their_targets(builtin: cat.Catalog) -> None:
     for pair in builtin.pairs.values():
+        if pair.own_heads:  # the target is its own draft
+            continue
         target, draft = builtin.model(pair.target), builtin.model(pair.draft)
         assert draft.param_count and target.param_count
         assert draft.param_count < target.param_count, pair.name
@@ -66,8 +68,9 @@ def test_verified_models_carry_size_and_sha256_and_unverified_ones_invent_nothin
     for model in builtin.models.values():
         if model.verified:
             assert model.size and model.sha256
-        # Every model can still be sized roughly for the fit check.
-        assert model.approx_size and model.approx_size > 50_000_000, model.name
+        # Every model can still be sized roughly for the fit check (an MTP assistant is
+        # tens of megabytes; a slip of the unit would make it kilobytes).
+        assert model.approx_size and model.approx_size > 20_000_000, model.name
 
 
 def test_the_default_pair_is_reachable_through_pip_mirrors_of_the_right_size(
@@ -91,6 +94,29 @@ def test_unknown_pair_suggests_close_names(builtin: cat.Catalog) -> None:
         builtin.pair("qwen-coder-1.5b")
     assert "qwen-coder-1.5b" in str(err.value)
     assert "qwen2.5-coder-1.5b" in (err.value.hint or "")
+
+
+def test_mtp_pairs_draft_with_the_target_s_own_heads_or_an_assistant(
+    builtin: cat.Catalog,
+) -> None:
+    own = builtin.pair("qwen3.5-9b-mtp")
+    assert own.drafter == cat.MTP and own.own_heads and own.draft == own.target
+    assistant = builtin.pair("gemma-4-e4b-mtp")
+    assert assistant.drafter == cat.MTP and not assistant.own_heads
+    assert builtin.model(assistant.draft).file.startswith("mtp-")
+    # The other pairs are what they were: a draft model of their own.
+    assert not builtin.pair().own_heads and builtin.pair().drafter == "model"
+
+
+def test_only_an_mtp_pair_may_leave_out_its_draft(tmp_path: Path) -> None:
+    user = tmp_path / "user.toml"
+    user.write_text(M + "\n[pairs.own]\ntarget = 'm'\ndrafter = 'mtp'\n", encoding="utf-8")
+    pair = cat.load_catalog(user=user).pair("own")
+    assert pair.draft == "m" and pair.own_heads
+    user.write_text(M + "\n[pairs.x]\ntarget = 'm'\n", encoding="utf-8")
+    with pytest.raises(CatalogError) as err:
+        cat.load_catalog(user=user)
+    assert "pairs.x needs draft" in str(err.value) and 'drafter = "mtp"' in str(err.value.hint)
 
 
 def test_user_catalogue_extends_and_overrides(tmp_path: Path) -> None:

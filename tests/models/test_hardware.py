@@ -121,6 +121,19 @@ def test_pair_rows_cover_the_catalogue() -> None:
     json.dumps([row.as_json() for row in rows])  # `models --json` needs plain data
 
 
+def test_a_target_with_its_own_mtp_head_is_one_file_counted_once() -> None:
+    catalog = load_catalog()
+    target = catalog.model("qwen3.5-9b-mtp-q4_k_m")
+    rows = {r.name: r for r in hw.pair_rows(catalog, FakeBuild(), machine(ram=16 * GB))}
+    own = rows["qwen3.5-9b-mtp"]
+    assert own.own_heads and own.draft == own.target and own.draft_size == 0
+    assert own.target_size == target.approx_size and own.fit == hw.FIT_CPU
+    assistant = rows["gemma-4-e4b-mtp"]
+    assert not assistant.own_heads and assistant.drafter == "mtp"
+    assert assistant.draft_size and assistant.draft_size < assistant.target_size // 50
+    assert json.loads(json.dumps(own.as_json()))["own_heads"] is True
+
+
 def test_pair_rows_default_uses_the_real_caches() -> None:
     rows = hw.pair_rows(load_catalog(), FakeBuild(), machine())
     assert not any(row.downloaded for row in rows)  # the caches are empty temp folders
