@@ -21,11 +21,13 @@ from specllama.engine.drafters import (
     NoDrafter,
 )
 from specllama.engine.events import Event
+from specllama.engine.mtp import MtpDrafter
 from specllama.engine.sampling import SamplingParams
 from specllama.engine.speculative import generate
-from specllama.errors import UsageError
-from specllama.llama import rpc
+from specllama.errors import ModelLoadError, UsageError
+from specllama.llama import gguf_info, rpc
 from specllama.llama.backend import LlamaBackend, build_facts, default_threads
+from specllama.llama.mtp import MtpHead, mtp_support
 from specllama.llama.rpc import DEFAULT_TIMEOUT_S
 from specllama.models.catalog import DRAFTERS
 from specllama.models.compat import check_compatible
@@ -45,6 +47,28 @@ def check_draft_max(draft_max: int) -> None:
 
 
 ADAPTIVE_DRAFT_MAX = 16
+
+
+def mtp_problem(target: Path) -> str | None:
+    """Why `target` cannot draft with its own head here (None: it can): the file carries no
+    MTP layers, or this llama-cpp-python cannot run them. Reads the header only."""
+    try:
+        header = gguf_info.read_header(target)
+    except ModelLoadError:
+        return None  # loading it says what is wrong, in its own words
+    if not header.has_mtp:
+        return f"{target.name} has no MTP layers (its own draft head: nextn_predict_layers)"
+    return mtp_support()
+
+
+def default_drafter(target: Path, draft: Path | None, *, draft_named: bool) -> str:
+    """The drafter when none is asked for: a draft the user named; else the target's own MTP
+    head where it has one and it runs here; else a draft found, or n-gram lookup."""
+    if draft is not None and draft_named:
+        return "model"
+    if mtp_problem(target) is None:
+        return "mtp"
+    return "model" if draft is not None else "ngram"
 
 
 @dataclass(frozen=True)
@@ -76,6 +100,11 @@ class EngineConfig:
         if self.drafter == "model" and self.draft is None:
             raise UsageError("--drafter model needs a draft model (--draft or --pair)")
 
+    @property
+    def mtp(self) -> bool:
+        """Draft with the target's own head: its MTP layers are loaded, and a context made."""
+        return self.drafter == "mtp"
+
 
 class Engine:
     """A loaded target (and draft model, when one is given) with the current drafter choice."""
@@ -94,7 +123,16 @@ class Engine:
             extra_buffers=config.extra_buffers,
             workers=config.rpc,
             rpc_timeout_s=config.rpc_timeout_s,
+            load_mtp=config.mtp,
         )
+        # One line each, for the faces to show: what this pair cannot do here, and why.
+        self.notices: list[str] = []
+        if self.target.max_rollback == 0:
+            self.notices.append(
+                f"{config.target.name} has recurrent layers and this llama-cpp-python cannot "
+                "roll them back (no n_rs_seq): the target runs alone, without drafts"
+            )
+        self.mtp_head = MtpHead(self.target) if config.mtp else None
         self.draft_model: LlamaBackend | None = None
         if config.draft is not None and config.drafter == "model":
             self.draft_model = LlamaBackend(
@@ -117,6 +155,13 @@ class Engine:
                 raise UsageError("no draft model is loaded: start with --draft or --pair")
             model = DraftModelDrafter(self.draft_model)
             return CombinedDrafter(model) if self.config.adaptive else model
+        if name == "mtp":
+            if self.mtp_head is None:
+                raise UsageError(
+                    "the model's own draft head is not loaded", hint="start with --drafter mtp"
+                )
+            head = MtpDrafter(self.mtp_head)
+            return CombinedDrafter(head) if self.config.adaptive else head
         if name == "ngram":  # adaptive: longer n-grams, whose length tells a copy from a guess
             return NgramDrafter()
         return NoDrafter()
@@ -126,6 +171,8 @@ class Engine:
         self.drafter = self._make_drafter(name)
 
     def close(self) -> None:
+        if self.mtp_head is not None:
+            self.mtp_head.close()  # before the target: its context refers to the target's
         self.target.close()
         if self.draft_model is not None:
             self.draft_model.close()
@@ -183,7 +230,7 @@ class Engine:
             self.calibration = calibration.load_or_measure(
                 self._calibration_key(),
                 self.target,
-                self.draft_model,
+                self.draft_model or self.mtp_head,
                 refresh=refresh,
                 on_measure=on_measure,
                 side_by_side=self.both_on_gpu,
@@ -195,9 +242,10 @@ class Engine:
         return self.calibration.costs if self.calibration is not None else None
 
     def _calibration_key(self) -> dict[str, object]:
+        draft = self.config.draft if self.draft_model is not None else None
         return calibration.calibration_key(
             self.config.target,
-            self.config.draft if self.draft_model is not None else None,
+            self.config.target if self.mtp_head is not None else draft,  # its own head
             n_threads=self.config.n_threads or default_threads(),
             n_gpu_layers=self.config.n_gpu_layers,
             n_gpu_layers_draft=self.config.n_gpu_layers_draft,

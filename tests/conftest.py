@@ -104,3 +104,16 @@ def stocked_machine(
         "bad_vocab": smol_bad_vocab,
     }
     return stock_machine(bare_machine, tmp_path, models)
+
+
+@pytest.fixture(scope="session")
+def qwen35_mtp() -> Path:
+    """A tiny hybrid (recurrent + attention) qwen35 target whose MTP head is right 80% of the
+    time (`model_factory.qwen35`)."""
+    return model_factory.qwen35(0.8)
+
+
+@pytest.fixture(scope="session")
+def qwen35_bad_draft() -> Path:
+    """A tiny qwen35 draft model, right 30% of the time: rollback on both sides every round."""
+    return model_factory.qwen35_draft(0.3)

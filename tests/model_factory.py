@@ -145,3 +145,57 @@ def _keep(name: str, n_layers: int | None) -> bool:
 def _as_f32(tensor: gguf.ReaderTensor) -> np.ndarray:
     data = gguf.quants.dequantize(tensor.data, tensor.tensor_type)
     return np.ascontiguousarray(data, dtype=np.float32)
+
+
+# -- synthetic qwen35 (hybrid recurrent) models with an MTP head: tests/qwen35_models.py ------
+
+# Their greedy text follows this permutation of the SmolLM2 vocabulary (control tokens stay
+# put, so no answer ends by chance); a modest logit leaves sampling something to choose.
+QWEN35_LOGIT = 12.0
+
+
+def qwen35_next_token():
+    import qwen35_models
+
+    vocab = smollm2_q4()
+    n_vocab = len(gguf.GGUFReader(vocab).fields["tokenizer.ggml.tokens"].contents())
+    return qwen35_models.next_token_map(n_vocab, fixed=qwen35_models.control_tokens(vocab))
+
+
+def qwen35(mtp_acceptance: float | None = 0.8, *, uses_hidden: bool = False) -> Path:
+    """A tiny F32 qwen35 target whose MTP head agrees with it on a fraction `mtp_acceptance`
+    of the tokens (None: no MTP layers); `uses_hidden`: a head that reads the target's hidden
+    row (right only when rows and tokens are paired right)."""
+    import qwen35_models
+
+    if mtp_acceptance is None:
+        name = "qwen35-tiny.no-mtp.F32.gguf"
+    else:
+        name = f"qwen35-tiny.mtp{'-hidden' if uses_hidden else ''}-a{mtp_acceptance:g}.F32.gguf"
+
+    def build(dst: Path) -> None:
+        mapping = qwen35_next_token()
+        mtp = None
+        if mtp_acceptance is not None:
+            mtp = qwen35_models.partly_right(mapping, mtp_acceptance)
+        qwen35_models.write_qwen35(
+            dst, qwen35_models.TINY, smollm2_q4(), next_token=mapping, mtp_next=mtp,
+            uses_hidden=uses_hidden, logit=QWEN35_LOGIT,
+        )  # fmt: skip
+
+    return _derived(name, build)
+
+
+def qwen35_draft(acceptance: float) -> Path:
+    """A tiny qwen35 draft model (no MTP) that predicts the qwen35 target's next token on a
+    fraction `acceptance` of the tokens: hybrid, and mostly wrong when that is small."""
+    import qwen35_models
+
+    def build(dst: Path) -> None:
+        mapping = qwen35_models.partly_right(qwen35_next_token(), acceptance, seed=7)
+        qwen35_models.write_qwen35(
+            dst, qwen35_models.TINY, smollm2_q4(), next_token=mapping, mtp_next=None,
+            logit=QWEN35_LOGIT,
+        )  # fmt: skip
+
+    return _derived(f"qwen35-tiny.draft-a{acceptance:g}.F32.gguf", build)

@@ -34,6 +34,8 @@ from specllama.session import (
     EngineConfig,
     check_draft_max,
     check_drafter,
+    default_drafter,
+    mtp_problem,
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -103,7 +105,9 @@ Draft = Annotated[
 DrafterOpt = Annotated[
     str | None,
     typer.Option(
-        "--drafter", help="model, ngram, or none (the target alone). Default: model if a draft."
+        "--drafter",
+        help="model, mtp (the target's own draft head), ngram, or none (the target alone). "
+        "Default: a --draft named, else mtp where the target has it, else model if a draft.",
     ),
 ]
 DraftMax = Annotated[
@@ -165,8 +169,9 @@ Adaptive = Annotated[
     bool,
     typer.Option(
         "--adaptive/--fixed",
-        help="Adaptive: choose draft length and source (n-gram, then the draft model) each "
-        "round from measured costs, off when it does not pay. Fixed: always --draft-max.",
+        help="Adaptive: choose draft length and source (n-gram, then the draft model or the "
+        "MTP head) each round from measured costs, off when it does not pay. Fixed: always "
+        "--draft-max.",
     ),
 ]
 JsonlOut = Annotated[
@@ -240,7 +245,14 @@ def engine_config(
     rpc_timeout_s = rpc.timeout_from_env()
     target_path, draft_path, chosen = resolve_models(pair, target, draft, threads)
     if drafter is None:
-        drafter = chosen.drafter if chosen else ("model" if draft_path else "ngram")
+        named = draft not in (None, DRAFT_AUTO)
+        drafter = (
+            chosen.drafter
+            if chosen
+            else default_drafter(target_path, draft_path, draft_named=named)
+        )
+    if drafter == "mtp" and (problem := mtp_problem(target_path)):
+        raise UsageError(problem, hint="--drafter ngram, or model with a --draft")
     # A --draft-max given caps the adaptive controller too; the pair's is for --fixed.
     adaptive_draft_max = draft_max or ADAPTIVE_DRAFT_MAX
     if draft_max is None:
@@ -291,7 +303,10 @@ def check_rpc_build() -> None:
 
 
 def calibrate_with_notice(engine: Engine) -> None:
-    """Measure this machine's costs once per model pair (cached), saying so on stderr."""
+    """Say what the pair cannot do here (`Engine.notices`), then measure this machine's costs
+    once per model pair (cached), saying so on stderr."""
+    for line in engine.notices:
+        ui.stderr_console().print(f"[yellow]{escape(line)}[/yellow]", highlight=False)
     if engine.config.adaptive and not isinstance(engine.drafter, NoDrafter):
         engine.calibrate(on_measure=_measuring_notice)
 

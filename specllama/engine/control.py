@@ -12,14 +12,19 @@ from specllama.engine.events import RoundEvent
 
 MODEL = "model"  # the draft model
 NGRAM = "ngram"  # "ngramN": a lookup in the text so far, on a match of N tokens
+MTP = "mtp"  # the target's own draft head
 PLAIN = "plain"  # a round that drafts nothing
+# Kinds whose drafts cost a decode per token (and a catch-up on what they have not seen).
+STEPPED = (MODEL, MTP)
 
 
 def kind_of(source: str) -> str:
-    """ "model", "ngram" (for any "ngramN") or "plain" (no source)."""
+    """ "model", "mtp", "ngram" (for any "ngramN") or "plain" (no source)."""
     if not source:
         return PLAIN
-    return NGRAM if source.startswith(NGRAM) else MODEL
+    if source.startswith(NGRAM):
+        return NGRAM
+    return MTP if source == MTP else MODEL
 
 
 # (source, backlog): what a drafter could propose from the current text, best first. The backlog

@@ -85,6 +85,25 @@ class NoDrafter:
         pass
 
 
+def choose_draft_token(
+    logits: np.ndarray, params: SamplingParams, position: int, p_min: float
+) -> int | None:
+    """A drafter's token at `position`, or None when it is not confident enough.
+    Sampling: the Gumbel-max of the drafter's q with the target's noise at that position.
+    It is the target's own draw with probability at least (1 - TV) / (1 + TV), TV the
+    total variation between q and p, and no coupling without communication does better in
+    the worst case (Daliri et al. 2024); the rejection rule's 1 - TV needs q beside p."""
+    if params.greedy:
+        if p_min > 0 and top_probability(logits) < p_min:
+            return None
+        return argmax(logits)
+    q = probabilities(logits, params)
+    if p_min > 0 and q.max() < p_min:
+        return None
+    assert params.seed is not None, "the loop seeds sampled generations"
+    return gumbel_max(q, params.seed, position)
+
+
 class DraftModelDrafter:
     """A small model of the same vocabulary, run token by token in its own context.
 
@@ -118,7 +137,7 @@ class DraftModelDrafter:
         p_min = self.min_confidence if min_confidence is None else min_confidence
         logits = self.model.sync(context, logits_at_last=True)
         while True:
-            token = self._choose(logits, params, len(context) + len(draft), p_min)
+            token = choose_draft_token(logits, params, len(context) + len(draft), p_min)
             if token is None:
                 break
             draft.tokens.append(token)
@@ -128,24 +147,6 @@ class DraftModelDrafter:
                 break
             logits = self.model.decode([token], [0], copy=False)[0]
         return draft
-
-    def _choose(
-        self, logits: np.ndarray, params: SamplingParams, position: int, p_min: float
-    ) -> int | None:
-        """The draft token at `position`, or None when the draft is not confident enough.
-        Sampling: the Gumbel-max of the draft's q with the target's noise at that position.
-        It is the target's own draw with probability at least (1 - TV) / (1 + TV), TV the
-        total variation between q and p, and no coupling without communication does better in
-        the worst case (Daliri et al. 2024); the rejection rule's 1 - TV needs q beside p."""
-        if params.greedy:
-            if p_min > 0 and top_probability(logits) < p_min:
-                return None
-            return argmax(logits)
-        q = probabilities(logits, params)
-        if p_min > 0 and q.max() < p_min:
-            return None
-        assert params.seed is not None, "the loop seeds sampled generations"
-        return gumbel_max(q, params.seed, position)
 
     @property
     def decode_seconds(self) -> float:
@@ -196,14 +197,14 @@ class NgramDrafter:
 
 
 class CombinedDrafter:
-    """N-gram lookup first when the text so far has a match (free to draft), the draft model
-    otherwise. The controller picks between the sources it offers, round by round."""
+    """N-gram lookup first when the text so far has a match (free to draft), a model-made
+    draft otherwise (a draft model, or the target's own MTP head). The controller picks between
+    the sources it offers, round by round."""
 
-    name = "ngram+model"
-
-    def __init__(self, model: DraftModelDrafter, ngram: NgramDrafter | None = None) -> None:
+    def __init__(self, model: Drafter, ngram: NgramDrafter | None = None) -> None:
         self.model = model
         self.ngram = ngram or NgramDrafter()
+        self.name = f"ngram+{model.name}"
 
     def sources(self, context: Sequence[int]) -> list[tuple[str, int]]:
         return [*self.ngram.sources(context), *self.model.sources(context)]

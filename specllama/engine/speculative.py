@@ -112,7 +112,7 @@ def generate(
             source, k = controller.choose(
                 drafter.sources(context), remaining=left, generated=stats.n_generated
             )
-            k = max(0, min(k, left - 1, room))
+            k = max(0, min(k, left - 1, room, _rollback_limit(target)))
             plan = _Plan(source, k, _ahead_max(controller, source, k, left, room))
             round_ = _round(target, drafter, context, plan, controller, params, ahead)
             event = replace(round_.event, wall_s=time.perf_counter() - round_started)
@@ -141,6 +141,13 @@ def generate(
         stats.target_s = target.decode_seconds - target_s0
         stats.draft_s = drafter.decode_seconds - draft_s0
     yield FinishEvent(reason, stats)
+
+
+def _rollback_limit(target: LlamaBackend) -> int:
+    """The most drafts a verify batch may carry: as many as the target can drop again (a
+    recurrent state keeps only so many snapshots; none where llama.cpp keeps none)."""
+    limit = target.max_rollback
+    return limit if limit is not None else 1 << 30
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import os
 import sys
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -158,6 +158,16 @@ def serve_rpc(endpoint: str, devices: Sequence[ggml_rpc.Device], threads: int) -
     _ggml().start_server(endpoint, list(devices), threads)
 
 
+# Snapshots of a recurrent state kept for rollback: a verify batch of a hybrid target may
+# drop this many rejected drafts, so drafts for such a target are at most this long.
+DEFAULT_ROLLBACK_DEPTH = 16
+
+
+def _has_field(struct: ctypes.Structure, name: str) -> bool:
+    """Whether this llama-cpp-python's ctypes structure has `name` (fields come and go)."""
+    return any(field[0] == name for field in type(struct)._fields_)
+
+
 def default_threads() -> int:
     """Physical cores: llama-cpp-python's default (half the logical CPUs) halves speed on
     small machines. Draft and target run in turn, so both may use all of them."""
@@ -193,6 +203,8 @@ class EvaluatedTokens:
     """
 
     tokens: list[int]
+    # How many tokens a rollback may drop right after a decode (None: any number).
+    max_rollback: int | None = None
 
     def decode(
         self, tokens: Sequence[int], logits_at: Sequence[int] = (), *, copy: bool = True
@@ -232,8 +244,15 @@ class EvaluatedTokens:
         rest = list(tokens[keep:])
         if not logits_at_last:
             self.decode(rest)
+            self.checkpoint()
             return None
-        return self.decode(rest, [len(rest) - 1], copy=False)[0]
+        logits = self.decode(rest, [len(rest) - 1], copy=False)[0]
+        self.checkpoint()
+        return logits
+
+    def checkpoint(self) -> None:
+        """Remember the state here, where a rollback cannot reach back on its own (recurrent
+        models); a no-op for a KV cache."""
 
 
 class LlamaBackend(EvaluatedTokens):
@@ -245,6 +264,14 @@ class LlamaBackend(EvaluatedTokens):
 
     `workers`: RPC workers (HOST:PORT) that take the offloaded layers (`n_gpu_layers`), with
     this machine's GPUs. Loading and every decode then run under a watchdog of `rpc_timeout_s`.
+
+    `load_mtp`: also load the model's own draft head (MTP / nextn layers), for an `MtpHead`.
+
+    Recurrent and hybrid models (Mamba, qwen35's gated delta net): a recurrent state cannot be
+    cut back like a KV cache. llama.cpp keeps `rollback_depth` per-token snapshots of the last
+    batch (`n_rs_seq`), so a verify batch can drop up to that many rejected drafts; anything
+    further back (a draft model's token-by-token drafts, an edited chat) restores the last
+    checkpoint (`checkpoint()`) or starts over, and re-evaluates what is kept.
     """
 
     def __init__(
@@ -258,6 +285,8 @@ class LlamaBackend(EvaluatedTokens):
         extra_buffers: bool | None = None,
         workers: Sequence[str] = (),
         rpc_timeout_s: float = rpc.DEFAULT_TIMEOUT_S,
+        load_mtp: bool = False,
+        rollback_depth: int = DEFAULT_ROLLBACK_DEPTH,
     ) -> None:
         self.path = Path(path)
         _check_gguf(self.path)
@@ -275,6 +304,8 @@ class LlamaBackend(EvaluatedTokens):
         model_params = llama_cpp.llama_model_default_params()
         model_params.n_gpu_layers = n_gpu_layers
         model_params.use_extra_bufts = extra_buffers
+        if load_mtp and _has_field(model_params, "load_mtp"):
+            model_params.load_mtp = True
         if self.workers:
             self._watchdog = rpc.Watchdog(
                 rpc_timeout_s, lambda: rpc.fatal(rpc.timeout_error(self.workers, rpc_timeout_s))
@@ -296,6 +327,7 @@ class LlamaBackend(EvaluatedTokens):
         self._vocab = llama_cpp.llama_model_get_vocab(self._model)
 
         threads = n_threads or default_threads()
+        self.n_threads = threads
         ctx_params = llama_cpp.llama_context_default_params()
         ctx_params.n_ctx = n_ctx
         ctx_params.n_batch = n_batch
@@ -311,6 +343,12 @@ class LlamaBackend(EvaluatedTokens):
         if self.exact:
             ctx_params.type_k = ctx_params.type_v = llama_cpp.GGML_TYPE_F32
             ctx_params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        self.recurrent = bool(
+            llama_cpp.llama_model_is_recurrent(self._model)
+            or llama_cpp.llama_model_is_hybrid(self._model)
+        )
+        if self.recurrent and _has_field(ctx_params, "n_rs_seq"):
+            ctx_params.n_rs_seq = rollback_depth
         with self._waiting():
             self._ctx = llama_cpp.llama_init_from_model(self._model, ctx_params)
         if not self._ctx:
@@ -323,6 +361,19 @@ class LlamaBackend(EvaluatedTokens):
         self.n_batch = min(llama_cpp.llama_n_batch(self._ctx), llama_cpp.llama_n_ubatch(self._ctx))
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
         self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
+        # How many rejected drafts a verify batch may drop: unbounded for a KV cache, the
+        # snapshots kept for a recurrent state (0 where this llama.cpp keeps none).
+        self.max_rollback: int | None = None
+        if self.recurrent:
+            self.max_rollback = (
+                int(llama_cpp.llama_n_rs_seq(self._ctx))
+                if _has_field(ctx_params, "n_rs_seq")
+                else 0
+            )
+        self._checkpoint: tuple[int, bytes] | None = None  # (n_past, recurrent state)
+        # Called after each decoded chunk with (first position, n tokens): the MTP head reads
+        # the target's hidden rows there, before the next decode overwrites them.
+        self.on_decoded: Callable[[int, int], None] | None = None
         self.tokens: list[int] = []
         self.n_decoded = 0  # tokens evaluated over the lifetime (prefix reuse shows up here)
         self.decode_seconds = 0.0  # time evaluating, logits included: what is not Python overhead
@@ -491,7 +542,46 @@ class LlamaBackend(EvaluatedTokens):
                 f"llama.cpp failed to evaluate {len(chunk)} tokens (status {status})",
                 hint="the context may be full: try a larger --ctx",
             )
+        if self.on_decoded is not None:
+            self.on_decoded(self.n_past, len(chunk))
         self.tokens.extend(chunk)
 
     def _forget(self, n_past: int) -> None:
-        self._lib.llama_memory_seq_rm(self._memory, 0, n_past, -1)
+        if self._checkpoint is not None and self._checkpoint[0] > n_past:
+            self._checkpoint = None  # it holds tokens that are going
+        if self._lib.llama_memory_seq_rm(self._memory, 0, n_past, -1):
+            return
+        # A recurrent state past its snapshots: go back to the checkpoint (or the start) and
+        # evaluate again what is kept.
+        kept = self.tokens[:n_past]
+        start = self._restore_checkpoint(n_past)
+        del self.tokens[start:]
+        self.decode(kept[start:])
+
+    # -- recurrent state checkpoints --------------------------------------------------------
+
+    def checkpoint(self) -> None:
+        """Remember the recurrent state here, so that a later rollback to this point or after
+        it re-evaluates only the tokens since (no-op for a model without recurrent layers)."""
+        if not self.recurrent:
+            return
+        lib, flags = self._lib, self._lib.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
+        size = lib.llama_state_seq_get_size_ext(self._ctx, 0, flags)
+        buf = (ctypes.c_uint8 * size)()
+        written = lib.llama_state_seq_get_data_ext(self._ctx, buf, size, 0, flags)
+        self._checkpoint = (self.n_past, bytes(buf[:written]))
+
+    def _restore_checkpoint(self, n_past: int) -> int:
+        """Bring the context back to the checkpoint if it is at or before `n_past` (else to
+        the start); return the position it is back at."""
+        lib = self._lib
+        if self._checkpoint is not None and self._checkpoint[0] <= n_past:
+            at, state = self._checkpoint
+            flags = lib.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
+            data = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
+            if lib.llama_state_seq_set_data_ext(self._ctx, data, len(state), 0, flags):
+                lib.llama_memory_seq_rm(self._memory, 0, at, -1)  # the KV part
+                return at
+        self._checkpoint = None
+        lib.llama_memory_seq_rm(self._memory, 0, 0, -1)  # the whole sequence always goes
+        return 0

@@ -68,7 +68,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from specllama.engine.control import MODEL, NGRAM, SourceOption, kind_of
+from specllama.engine.control import MODEL, MTP, NGRAM, STEPPED, SourceOption, kind_of
 from specllama.engine.events import RoundEvent
 from specllama.policy.costs import Costs, LiveCosts, expected_tokens
 
@@ -82,6 +82,8 @@ from specllama.policy.costs import Costs, LiveCosts, expected_tokens
 # that do, even where verifying is cheap (replayed on the traces of both prompt sets).
 PRIORS = {
     MODEL: 0.8,
+    # The MTP heads of Qwen3.5/3.6 and GLM are reported at 60-80% per drafted token.
+    MTP: 0.7,
     "ngram3": 0.7,
     "ngram3-mixed": 0.2,
     "ngram4": 0.75,
@@ -135,7 +137,7 @@ class _Source:
     """What the controller knows about one source of drafts."""
 
     lane: str
-    kind: str  # MODEL or NGRAM: what its rounds cost
+    kind: str  # MODEL, MTP or NGRAM: what its rounds cost
     prior: float
     weight: float  # what the prior is worth, in tokens
     hits: float = 0.0  # accepted draft tokens (faded)
@@ -234,7 +236,11 @@ class AdaptiveController:
         self.costs = costs
         self.live = LiveCosts(costs)
         self.memory = memory
-        self.prior_weight = {NGRAM: prior_weight, MODEL: model_prior_weight}
+        self.prior_weight = {
+            NGRAM: prior_weight,
+            MODEL: model_prior_weight,
+            MTP: model_prior_weight,
+        }
         self.z = z
         self.forget = forget
         self.margin = margin
@@ -242,7 +248,11 @@ class AdaptiveController:
         self.probe_after_max = probe_after_max
         self.min_horizon = min_horizon
         self.probe_loss = probe_loss
-        self.k_max = {MODEL: max(1, draft_max), NGRAM: max(1, ngram_max, draft_max)}
+        self.k_max = {
+            MODEL: max(1, draft_max),
+            MTP: max(1, draft_max),
+            NGRAM: max(1, ngram_max, draft_max),
+        }
         self.priors = {**PRIORS, **(priors or {})}
         self.sources: dict[str, _Source] = {}
         self.round = 0
@@ -306,7 +316,7 @@ class AdaptiveController:
             mean, sd = source.posterior()
             k, rate = table.at(mean)
             catch_up = 0.0
-            if source.kind == MODEL and backlog > _ROUTINE_BACKLOG:
+            if source.kind in STEPPED and backlog > _ROUTINE_BACKLOG:
                 catch_up = self.live.catch_up(backlog - _ROUTINE_BACKLOG)
             if rate > worth:
                 # It pays; a catch-up first is spread over the tokens still expected.
@@ -417,7 +427,7 @@ class AdaptiveController:
             )
             return
         kind = kind_of(round_.source)
-        routine = kind == MODEL and self._backlog <= _ROUTINE_BACKLOG
+        routine = kind in STEPPED and self._backlog <= _ROUTINE_BACKLOG
         steps = max(round_.n_drafted, 1) if routine else 0
         self.live.learn(
             kind, round_.n_drafted, steps, round_.draft_s, round_.target_s, round_.wall_s

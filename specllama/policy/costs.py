@@ -1,12 +1,13 @@
 """What a round costs on this machine: measured once (`Costs`, see
 `specllama.policy.calibration`) and corrected online by what the rounds really cost (`LiveCosts`).
 
-A round that drafts k tokens from a source of kind s ("model" or "ngram") costs
+A round that drafts k tokens from a source of kind s ("model", "mtp" or "ngram") costs
 
     C_s(k) = k * c_draft[s] + V(k + 1) + o_s(k + 1)             seconds,
 
 with V(n) the target verifying a batch of n tokens (the pending token plus k drafts), c_draft one
-draft-model step (0 for n-gram lookup) and o_s(k + 1) the Python time of such a round (sampling,
+draft-model step, or one step of the target's own MTP head (an engine has one or the other; 0 for
+n-gram lookup) and o_s(k + 1) the Python time of such a round (sampling,
 bookkeeping, the controller: what is neither model's decode), a base plus a part per verified
 row. A round that drafts nothing is the target alone: C(0) = V(1) + o_plain(1). The measured V
 is a prior that the rounds correct size by size (`specllama.policy.verify_curve`: measured on a
@@ -42,7 +43,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import pairwise
 
-from specllama.engine.control import MODEL, NGRAM, PLAIN
+from specllama.engine.control import MODEL, MTP, NGRAM, PLAIN, STEPPED
 from specllama.policy.verify_curve import RunningRatio, VerifyCurve
 
 PIPELINED = "pipelined"  # a draft-model round whose next draft is made while the target verifies
@@ -169,7 +170,7 @@ class LiveCosts:
         self.verify_curve = VerifyCurve(costs.verify)
         self._draft = RunningRatio()  # observed / measured draft step
         self.overlap = costs.overlap  # lambda, corrected by pipelined rounds
-        kinds = (PLAIN, MODEL, NGRAM, PIPELINED)
+        kinds = (PLAIN, MODEL, MTP, NGRAM, PIPELINED)
         self.overhead = {kind: _Overhead() for kind in kinds}
         self.version = 0  # bumped when the costs moved enough for a cached table to be redone
         self._at_version = self._snapshot()
@@ -223,7 +224,7 @@ class LiveCosts:
         return self._round(kind, k, self.verify_curve.optimistic(k + 1))
 
     def _round(self, kind: str, k: int, verify_s: float) -> float:
-        draft = k * self.draft_step() if kind == MODEL else 0.0
+        draft = k * self.draft_step() if kind in STEPPED else 0.0
         return draft + verify_s + self.overhead[kind](k + 1)
 
     def pipelined(self, k: int, survive: float) -> float:
@@ -269,7 +270,7 @@ class LiveCosts:
         """What one round cost: its target verify (n_drafted + 1 rows), `draft_steps` one-token
         draft decodes (when the draft model did nothing else), and its whole time."""
         self.verify_curve.observe(n_drafted + 1, target_s)
-        if kind == MODEL and draft_steps and self.measured.draft_step_s:
+        if kind in STEPPED and draft_steps and self.measured.draft_step_s:
             self._draft.add(draft_s, draft_steps * self.measured.draft_step_s)
         if wall_s > 0:
             self.overhead[kind].add(n_drafted + 1, max(wall_s - draft_s - target_s, 0.0))
