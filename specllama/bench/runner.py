@@ -42,6 +42,7 @@ from specllama.engine.drafters import (
     NoDrafter,
 )
 from specllama.engine.events import FinishEvent, TokenEvent
+from specllama.engine.mtp import MtpDrafter
 from specllama.engine.sampling import SamplingParams
 from specllama.engine.speculative import generate
 from specllama.errors import UsageError
@@ -55,6 +56,14 @@ TARGET = "target"
 DEFAULT_CONFIGS = "target,model:2,model:4,ngram:8,adaptive"
 
 
+def default_configs(*, has_draft: bool, mtp: bool) -> str:
+    """What `specllama bench` compares when not told: the draft model's lengths, or the
+    target's own head's where it drafts with that, or n-gram lookup alone."""
+    if has_draft or not mtp:
+        return DEFAULT_CONFIGS if has_draft else "target,ngram:8,adaptive"
+    return "target,mtp:2,mtp:4,ngram:8,adaptive"
+
+
 def bench_schema() -> dict[str, Any]:
     """The JSON Schema of `--json` output (specllama/data/bench_schema.json)."""
     text = resources.files("specllama").joinpath("data", "bench_schema.json").read_text("utf-8")
@@ -66,9 +75,10 @@ def bench_schema() -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class BenchConfig:
-    """One way of generating: `drafter` is none, model, ngram or combined (n-gram first, then
-    the draft model); `adaptive` uses AdaptiveController, else FixedLength(draft_max);
-    `pipelined` (fixed) drafts the next round while the target verifies (pipe:K)."""
+    """One way of generating: `drafter` is none, model, mtp, ngram or combined (n-gram first,
+    then the draft model or the target's MTP head); `adaptive` uses AdaptiveController, else
+    FixedLength(draft_max); `pipelined` (fixed) drafts the next round while the target
+    verifies (pipe:K)."""
 
     name: str
     drafter: str
@@ -93,10 +103,12 @@ def parse_configs(
     draft_max: int,
     adaptive: bool = True,
     adaptive_draft_max: int = ADAPTIVE_DRAFT_MAX,
+    has_mtp: bool = False,
 ) -> list[BenchConfig]:
-    """`target`, `model:K`, `pipe:K` (the draft model, pipelined), `ngram:K`, `adaptive`
-    (comma-separated). The target alone is always included (speedups are relative to it) and
-    comes first. `adaptive=False` (--fixed) drops the adaptive configuration."""
+    """`target`, `model:K`, `pipe:K` (the draft model, pipelined), `mtp:K` (the target's own
+    head), `ngram:K`, `adaptive` (comma-separated). The target alone is always included
+    (speedups are relative to it) and comes first. `adaptive=False` (--fixed) drops the
+    adaptive configuration."""
     configs = [BenchConfig(TARGET, "none", 0, False)]
     for item in (part.strip() for part in spec.split(",")):
         if not item or item == TARGET:
@@ -106,13 +118,13 @@ def parse_configs(
             if k:
                 raise UsageError(f"bench configuration {item!r}: adaptive takes no length")
             if adaptive:
-                drafter = "combined" if has_draft else "ngram"
+                drafter = "combined" if has_draft or has_mtp else "ngram"
                 configs.append(BenchConfig("adaptive", drafter, adaptive_draft_max, True))
             continue
-        if name not in ("model", "pipe", "ngram"):
+        if name not in ("model", "pipe", "mtp", "ngram"):
             raise UsageError(
                 f"unknown bench configuration {item!r}",
-                hint="use target, model:K, pipe:K, ngram:K or adaptive, separated by commas",
+                hint="use target, model:K, pipe:K, mtp:K, ngram:K or adaptive, separated by commas",
             )
         try:
             length = int(k) if k else draft_max
@@ -120,7 +132,12 @@ def parse_configs(
             raise UsageError(f"bench configuration {item!r}: K must be a number") from None
         if length < 1:
             raise UsageError(f"bench configuration {item!r}: K must be at least 1")
-        if name != "ngram" and not has_draft:
+        if name == "mtp" and not has_mtp:
+            raise UsageError(
+                f"bench configuration {item!r} needs a target drafting with its own head",
+                hint="pass --drafter mtp with a target that has MTP layers",
+            )
+        if name in ("model", "pipe") and not has_draft:
             raise UsageError(
                 f"bench configuration {item!r} needs a draft model",
                 hint=f"pass --draft or --pair, or leave {name}:K out of --configs",
@@ -202,21 +219,27 @@ class _Runner:
         self.params = params
 
     def parts(self, config: BenchConfig) -> tuple[Drafter, DraftController]:
-        model = self.engine.draft_model
         drafter: Drafter
         if config.drafter == "none":
             return NoDrafter(), FixedLength(0)
         if config.drafter == "ngram":
             drafter = NgramDrafter()
-        elif model is None:
-            raise UsageError(f"configuration {config.name} needs a draft model")
-        elif config.drafter == "model":
-            drafter = DraftModelDrafter(model)
+        elif config.drafter == "combined":
+            drafter = CombinedDrafter(self._model_drafter(config))
         else:
-            drafter = CombinedDrafter(DraftModelDrafter(model))
+            drafter = self._model_drafter(config)
         if config.adaptive:
             return drafter, AdaptiveController(self.engine.calibrate(), draft_max=config.draft_max)
         return drafter, FixedLength(config.draft_max, pipelined=config.pipelined)
+
+    def _model_drafter(self, config: BenchConfig) -> Drafter:
+        """The draft model, or the target's own head (an engine loads one or the other)."""
+        head, model = self.engine.mtp_head, self.engine.draft_model
+        if config.drafter != "model" and head is not None:
+            return MtpDrafter(head)
+        if model is None:
+            raise UsageError(f"configuration {config.name} needs a draft model")
+        return DraftModelDrafter(model)
 
     def run(self, config: BenchConfig, tokens: list[int], max_tokens: int) -> tuple[list, dict]:
         drafter, controller = self.parts(config)

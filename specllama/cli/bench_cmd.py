@@ -14,6 +14,7 @@ from specllama.cli.options import (
     Configs,
     Ctx,
     Draft,
+    DrafterOpt,
     DraftMax,
     ExtraBuffers,
     GpuLayers,
@@ -41,6 +42,7 @@ def bench(
     pair: PairOpt = None,
     target: Target = None,
     draft: Draft = None,
+    drafter: DrafterOpt = None,
     draft_max: DraftMax = None,
     gpu_layers: GpuLayers = None,
     gpu_layers_draft: GpuLayersDraft = None,
@@ -56,7 +58,7 @@ def bench(
     max_tokens: MaxTokens = 128,
     adaptive: Adaptive = True,
     prompts: PromptsFile = None,
-    configs: Configs = "target,model:2,model:4,ngram:8,adaptive",
+    configs: Configs = None,
     category: Annotated[
         list[str] | None, typer.Option("--category", help="Only these categories (repeatable).")
     ] = None,
@@ -84,7 +86,7 @@ def bench(
         pair=pair,
         target=target,
         draft=draft,
-        drafter=None,
+        drafter=drafter,
         draft_max=draft_max,
         ctx=ctx,
         gpu_layers=gpu_layers,
@@ -95,8 +97,9 @@ def bench(
         rpc_workers=rpc,
     )
     plan = bench_mod.parse_configs(
-        configs,
+        configs or bench_mod.default_configs(has_draft=config.draft is not None, mtp=config.mtp),
         has_draft=config.draft is not None,
+        has_mtp=config.mtp,
         draft_max=config.draft_max,
         adaptive_draft_max=config.adaptive_draft_max,
         adaptive=adaptive,

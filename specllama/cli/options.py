@@ -365,11 +365,13 @@ PromptsFile = Annotated[
     typer.Option("--prompts", help="JSONL prompt file (default: the bundled set of 36)."),
 ]
 Configs = Annotated[
-    str,
+    str | None,
     typer.Option(
         "--configs",
         help="Comma-separated: target, model:K, pipe:K (the draft model drafting the next "
-        "round while the target verifies), ngram:K, adaptive (target is implied).",
+        "round while the target verifies), mtp:K (the target's own draft head), ngram:K, "
+        "adaptive (target is implied). Default: target, model:2, model:4 (mtp:2, mtp:4 "
+        "without a draft model), ngram:8, adaptive.",
     ),
 ]
 

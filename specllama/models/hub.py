@@ -102,10 +102,11 @@ def resolve(
 
 
 def models_to_pull(name: str, catalog: Catalog) -> list[ModelRef | Path]:
-    """`specllama pull NAME`: a pair name -> [target, draft]; any other REF -> [that model]."""
+    """`specllama pull NAME`: a pair name -> [target, draft] (just the target when it drafts
+    with its own head); any other REF -> [that model]."""
     if name in catalog.pairs:
         _, target, draft = catalog.pair_models(name)
-        return [target, draft]
+        return [target] if draft == target else [target, draft]
     return [parse_ref(name, catalog)]
 
 

@@ -204,6 +204,16 @@ def test_configurations():
     piped = bench.parse_configs("model:4,pipe:4", has_draft=True, draft_max=4)
     assert piped[2] == BenchConfig("pipe:4", "model", 4, False, pipelined=True)
     assert piped[2].as_dict()["pipelined"] and not piped[1].as_dict()["pipelined"]
+    own = bench.parse_configs("mtp:3,adaptive", has_draft=False, has_mtp=True, draft_max=4)
+    assert own[1] == BenchConfig("mtp:3", "mtp", 3, False)
+    assert own[2].drafter == "combined"  # n-gram lookup beside the head
+
+
+def test_default_configurations_follow_what_drafts():
+    assert "model:2" in bench.default_configs(has_draft=True, mtp=False)
+    assert "mtp:2" in bench.default_configs(has_draft=False, mtp=True)
+    only_lookup = bench.default_configs(has_draft=False, mtp=False)
+    assert bench.parse_configs(only_lookup, has_draft=False, draft_max=4)[1].name == "ngram:8"
 
 
 @pytest.mark.parametrize(
@@ -222,6 +232,8 @@ def test_bad_configurations(spec, message):
     for spec in ("model:2", "pipe:2"):
         with pytest.raises(UsageError, match="needs a draft model"):
             bench.parse_configs(spec, has_draft=False, draft_max=4)
+    with pytest.raises(UsageError, match="drafting with its own head"):
+        bench.parse_configs("mtp:2", has_draft=True, draft_max=4)
 
 
 # -- the summary ------------------------------------------------------------------------------
@@ -374,6 +386,24 @@ def test_bench_target_only_without_a_draft_model(smol_q4, prompt_file, tmp_path,
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     assert "ngram:3" in result.stdout
+
+
+@pytest.mark.slow
+def test_bench_with_the_targets_own_head(qwen35_mtp, prompt_file, tmp_path, monkeypatch):
+    """A target with MTP layers: bench compares its own head's drafts, identical answers."""
+    monkeypatch.setenv("SPECLLAMA_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "bench.json"
+    result = CliRunner().invoke(
+        app,
+        [
+            "bench", "--target", str(qwen35_mtp), "--prompts", str(prompt_file), "--fixed",
+            "-n", "16", "--repeats", "1", "--no-warmup", "--category", "chat", "--json", str(out),
+        ],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    runs = json.loads(out.read_text())["runs"]
+    mtp = [r for r in runs if r["config"].startswith("mtp:")]
+    assert mtp and all(r["equals_target"] and r["n_drafted"] for r in mtp)
 
 
 def test_unknown_category_is_a_usage_error(tmp_path, prompt_file):

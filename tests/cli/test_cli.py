@@ -7,6 +7,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
+from specllama import session
 from specllama.cli.app import app
 
 pytestmark = pytest.mark.slow
@@ -205,3 +206,45 @@ def test_doctor_reports_the_amx_decision_and_the_cmake_args():
         assert data["extra_buffers"] and data["probe"] == "not needed"
     table = CliRunner().invoke(app, ["doctor"]).stdout
     assert "AMX kernels" in table and "extra buffers" in table
+
+
+# -- a model that carries its own draft head (MTP): synthetic qwen35 (tests/qwen35_models.py) --
+
+
+def run_json(*args: str) -> dict:
+    result = invoke("Count on.", *args, "-n", "32", "--json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+@pytest.mark.parametrize("mode", ["--fixed", "--adaptive"])
+def test_mtp_answers_as_the_target_alone(qwen35_mtp, mode):
+    alone = run_json("--target", qwen35_mtp, "--drafter", "none")
+    mtp = run_json("--target", qwen35_mtp, "--drafter", "mtp", mode, "--draft-max", "3")
+    assert mtp["text"] == alone["text"] and mtp["n_generated"] == 32
+    assert mtp["drafter"] == ("mtp" if mode == "--fixed" else "ngram+mtp")
+    if mode == "--fixed":
+        assert mtp["n_drafted"] > 0 and 0 < mtp["n_accepted"] < mtp["n_drafted"]
+
+
+def test_the_default_drafts_with_the_models_own_head(qwen35_mtp):
+    assert run_json("--target", qwen35_mtp)["drafter"] == "ngram+mtp"
+
+
+def test_a_named_draft_model_wins_over_the_head(qwen35_mtp, qwen35_bad_draft):
+    ran = run_json("--target", qwen35_mtp, "--draft", qwen35_bad_draft, "--fixed")
+    assert ran["drafter"] == "model"
+
+
+def test_mtp_on_a_model_without_mtp_layers_is_a_usage_error(smol_q4):
+    result = invoke("Hi", "--target", smol_q4, "--drafter", "mtp")
+    assert_one_line_error(result, 2, "has no MTP layers")
+
+
+def test_a_build_without_the_mtp_symbols_degrades_in_one_line(qwen35_mtp, monkeypatch):
+    """Asked for, it is one usage error naming what is missing; by default, n-gram lookup."""
+    missing = "this llama-cpp-python (0.3.x) cannot run MTP heads (missing load_mtp)"
+    monkeypatch.setattr(session, "mtp_support", lambda: missing)
+    result = invoke("Hi", "--target", qwen35_mtp, "--drafter", "mtp")
+    assert_one_line_error(result, 2, "missing load_mtp")
+    assert run_json("--target", qwen35_mtp)["drafter"] == "ngram"

@@ -175,6 +175,28 @@ def test_ctrl_c_mid_answer_keeps_the_partial_answer_and_the_session(engine: Engi
     assert [m.role for m in session.conversation.messages()] == ["user", "assistant"] * 2
 
 
+def test_mtp_chat_second_turn_and_ctrl_c_keep_both_caches_right(qwen35_mtp: Path):
+    """The model's own draft head in a chat: an answer cut short by Ctrl-C, then a second turn
+    that reuses the cache, both heads' caches included; it is the target alone's answer."""
+    config = EngineConfig(target=qwen35_mtp, drafter="mtp", draft_max=3, n_ctx=4096, **FIXED)
+    with Engine(config) as mtp:
+        view = InterruptingView(after=6)
+        chat = ChatSession(mtp, view, params=GREEDY, max_tokens=2000)
+        first = chat.answer("Count on.")
+        assert first.interrupted and first.stats.n_drafted > 0
+        view.after = -1
+        chat.max_tokens = 24
+        second = chat.answer("Go on.")
+        assert second.n_prompt_reused > first.n_prompt and second.stats.n_accepted > 0
+
+        alone = ChatSession(mtp, text_view(), params=GREEDY, max_tokens=24)
+        alone.handle("/drafter none")
+        mtp.target.rollback(0)
+        alone.conversation.add_user("Count on.")
+        alone.conversation.add_assistant(chat.conversation.messages()[1].content)
+        assert alone.answer("Go on.").text == second.text
+
+
 def test_context_trimming_drops_old_turns_with_a_notice(smol_f32: Path, smol_q4: Path):
     config = EngineConfig(
         target=smol_f32, draft=smol_q4, drafter="model", n_ctx=192, n_threads=1, **FIXED

@@ -224,6 +224,9 @@ def test_pull_and_pair_resolution(server: HubServer, tmp_path: Path) -> None:
     assert hub.models_to_pull(f"hf:{REPO}/{FILE}", catalog)[0] == ModelRef(
         name=f"hf:{REPO}/{FILE}", repo=REPO, file=FILE, tokenizer="unknown"
     )
+    # A pair that drafts with the target's own MTP head has one file to pull.
+    own_head = next(name for name, pair in catalog.pairs.items() if pair.own_heads)
+    assert hub.models_to_pull(own_head, catalog) == [catalog.pair_models(own_head)[1]]
 
 
 def test_resolve_pair_downloads_both_with_one_progress_per_model(server: HubServer) -> None:

@@ -80,16 +80,20 @@ class Server:
 def server(smol_f32: Path, smol_q4: Path, tmp_path_factory) -> Iterator[Server]:
     """One server for the module: fixed draft length (the draft model drafts every round),
     one generation and one waiting request at most, the key from the environment."""
-    log = tmp_path_factory.mktemp("serve") / "stderr.txt"
-    command = [sys.executable, "-m", "specllama", "serve", "--target", str(smol_f32)]
-    command += ["--draft", str(smol_q4), "--fixed", "--draft-max", "4", "--ctx", str(CTX)]
-    command += ["--threads", "1", "--port", "0", "--queue", "1"]
+    extra = ["--draft", str(smol_q4), "--fixed", "--draft-max", "4", "--queue", "1"]
+    yield from serve(smol_f32, extra, tmp_path_factory.mktemp("serve") / "stderr.txt")
+
+
+def serve(target: Path, extra: list[str], log: Path, ctx: int = CTX) -> Iterator[Server]:
+    """`specllama serve` on `target` in a subprocess until the test is done, then Ctrl-C."""
+    command = [sys.executable, "-m", "specllama", "serve", "--target", str(target), *extra]
+    command += ["--ctx", str(ctx), "--threads", "1", "--port", "0"]
     env = {**os.environ, "SPECLLAMA_API_KEY": KEY, "NO_COLOR": "1"}
     with open(log, "w") as stderr:
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr, env=env)
     try:
         url = _wait_for_url(log, process)
-        started = Server(url, smol_f32.name, log, process)
+        started = Server(url, target.name, log, process)
         _wait_until_up(started)
         yield started
     finally:
@@ -122,18 +126,20 @@ def _wait_until_up(server: Server) -> None:
 
 
 @functools.cache
-def reference(prompt: str, max_tokens: int, *, template: bool = True) -> tuple[str, int]:
+def reference(
+    prompt: str, max_tokens: int, *, template: bool = True, target: Path | None = None
+) -> tuple[str, int]:
     """`specllama run` with the target alone, greedy: (text, tokens generated)."""
     extra = ["--json"] + ([] if template else ["--no-chat-template"])
-    data = json.loads(run_target_alone(prompt, max_tokens, *extra)[-1])
+    data = json.loads(run_target_alone(prompt, max_tokens, *extra, target=target)[-1])
     return data["text"], data["n_generated"]
 
 
-def run_target_alone(prompt: str, max_tokens: int, *extra: str) -> list[str]:
-    """The lines `specllama run --drafter none` writes on stdout."""
+def run_target_alone(prompt: str, max_tokens: int, *extra: str, target: Path | None = None):
+    """The lines `specllama run --drafter none` writes on stdout (SmolLM2 F32 by default)."""
     from model_factory import smollm2_f32
 
-    args = ["run", prompt, "--target", str(smollm2_f32()), "-n", str(max_tokens)]
+    args = ["run", prompt, "--target", str(target or smollm2_f32()), "-n", str(max_tokens)]
     args += ["--drafter", "none", "--ctx", str(CTX), "--threads", "1", *extra]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
@@ -461,3 +467,39 @@ def test_a_taken_port_is_one_error_line_and_exit_1(smol_f32: Path, host: str):
         assert len(lines) == 1, lines
     else:
         assert len(lines) == 2 and lines[0].startswith("warning: listening on 0.0.0.0 without")
+
+
+# -- a target that drafts with its own head (MTP): a synthetic qwen35 (tests/qwen35_models.py) --
+
+
+MTP_CTX = 16384
+
+
+@pytest.fixture(scope="module")
+def mtp_server(qwen35_mtp: Path, tmp_path_factory) -> Iterator[Server]:
+    """A tiny model writes ~1000 tokens a second here: room for an answer long enough to be
+    cut short."""
+    extra = ["--drafter", "mtp", "--fixed", "--draft-max", "3"]
+    log = tmp_path_factory.mktemp("serve-mtp") / "stderr.txt"
+    yield from serve(qwen35_mtp, extra, log, ctx=MTP_CTX)
+
+
+def test_mtp_answers_equal_the_target_alone_and_a_disconnect_cancels(
+    mtp_server: Server, qwen35_mtp: Path
+):
+    def completion(max_tokens: int):
+        return mtp_server.client().completions.create(
+            model=mtp_server.model, prompt=COUNTING, max_tokens=max_tokens
+        )
+
+    text, n_generated = reference(COUNTING, 40, template=False, target=qwen35_mtp)
+    answer = completion(40)
+    assert answer.choices[0].text == text and answer.usage.completion_tokens == n_generated
+    stats = answer.model_extra["specllama"]
+    assert stats["drafter"] == "mtp" and 0 < stats["n_accepted"] < stats["n_drafted"]
+    long = MTP_CTX - 100
+    _start_stream(mtp_server, max_tokens=long).close()  # a client that goes away mid-answer
+    mtp_server.wait_idle(timeout=30)
+    cancelled = re.findall(r"cancelled after (\d+) tokens", mtp_server.log.read_text())
+    assert len(cancelled) == 1 and int(cancelled[0]) < long
+    assert completion(40).choices[0].text == text  # both caches were left right
