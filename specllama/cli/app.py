@@ -59,6 +59,7 @@ from specllama.engine.speculative import check_prompt_fits
 from specllama.errors import UsageError
 from specllama.llama import amx
 from specllama.llama.backend import build_facts
+from specllama.llama.mtp import mtp_support
 from specllama.llama.rpc import DEFAULT_PORT, check_workers
 from specllama.models import hub
 from specllama.models.catalog import load_catalog
@@ -319,11 +320,12 @@ def doctor(json_out: JsonOut = False) -> None:
     report = doctor_report(facts, catalog=catalog, amx=amx_report)
     calibrations = calibration.cached_calibrations()
     mtp = local_cmd.models_with_mtp()  # local models with their own draft head
+    mtp_missing = mtp_support()  # what this llama-cpp-python lacks to run them (None: nothing)
     if json_out:
-        extra = {"calibrations": calibrations, "mtp_models": mtp}
+        extra = {"calibrations": calibrations, "mtp_models": mtp, "mtp_missing": mtp_missing}
         print(json.dumps({**report.as_json(), **extra}, indent=2))
     else:
-        catalog_view.show(catalog_view.doctor_table(report, calibrations, mtp))
+        catalog_view.show(catalog_view.doctor_table(report, calibrations, mtp, mtp_missing))
 
 
 app.command("bench")(friendly_errors(bench_cmd.bench))

@@ -150,6 +150,7 @@ def doctor_table(
     report: Doctor,
     calibrations: list[dict[str, object]] = (),
     mtp_models: list[str] | None = None,
+    mtp_missing: str | None = None,
 ) -> Table:
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold")
@@ -192,6 +193,7 @@ def doctor_table(
         else:
             state = f"measured {measured['created']}, {measured['checks']}"
         rows.append(("calibration", f"{pair}: {measured['summary']} ({state})"))
+    rows.append(("MTP heads (--drafter mtp)", escape(mtp_missing or "this build runs them")))
     if mtp_models is not None:  # None: the local stores could not be searched
         rows.append(_mtp_row(mtp_models))
     rows.extend(("note", note) for note in report.notes)

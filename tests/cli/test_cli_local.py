@@ -215,3 +215,14 @@ def test_doctor_names_the_local_models_with_their_own_draft_head(bare_machine, t
     table = " ".join(invoke("doctor").stdout.split())
     assert "MTP draft heads" in table and "1 local model(s) carry their own" in table
     assert "with-head.gguf" in table and "--drafter mtp" in table
+    # And whether this build can run them (the tested llama-cpp-python can).
+    assert data["mtp_missing"] is None and "this build runs them" in table
+
+
+def test_doctor_says_what_a_build_lacks_for_mtp_heads(bare_machine, monkeypatch):
+    from specllama.cli import app as app_module
+
+    missing = "this llama-cpp-python (0.3.30) cannot run MTP heads (missing load_mtp)"
+    monkeypatch.setattr(app_module, "mtp_support", lambda: missing)
+    assert json.loads(invoke("doctor", "--json").stdout)["mtp_missing"] == missing
+    assert "missing load_mtp" in " ".join(invoke("doctor").stdout.split())
