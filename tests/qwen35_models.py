@@ -127,12 +127,17 @@ def write_qwen35(
     def matrix(array: np.ndarray) -> np.ndarray:
         return array.astype(dtype)
 
+    def stored(name: str, array: np.ndarray) -> np.ndarray:
+        """Vectors and the delta net's conv kernel stay F32 (llama.cpp's ssm_conv takes
+        nothing else, and its converter keeps it so); matrices take `dtype`."""
+        return array if array.ndim == 1 or name.endswith("ssm_conv1d.weight") else matrix(array)
+
     writer.add_tensor("token_embd.weight", matrix(embeddings))
     for il in range(shape.n_layer):
         recurrent = (il + 1) % shape.interval != 0
         tensors = _recurrent_block(shape) if recurrent else _attention_block(shape)
         for name, array in tensors.items():
-            writer.add_tensor(f"blk.{il}.{name}", array if array.ndim == 1 else matrix(array))
+            writer.add_tensor(f"blk.{il}.{name}", stored(name, array))
     writer.add_tensor("output_norm.weight", ones)
     writer.add_tensor("output.weight", matrix(_head(embeddings, next_token, logit)))
     if mtp_next is not None:
@@ -148,7 +153,7 @@ def write_qwen35(
         head_map = next_token[mtp_next] if uses_hidden else mtp_next
         tensors["nextn.shared_head_head.weight"] = _head(embeddings, head_map, logit)
         for name, array in tensors.items():
-            writer.add_tensor(f"blk.{il}.{name}", array if array.ndim == 1 else matrix(array))
+            writer.add_tensor(f"blk.{il}.{name}", stored(name, array))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
