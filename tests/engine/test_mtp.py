@@ -110,9 +110,11 @@ def test_the_default_policy_with_mtp_is_the_target_alone(target, alone):
     from specllama.engine.drafters import CombinedDrafter
 
     controller = AdaptiveController(Costs.guess(), draft_max=8)
-    tokens, rounds, _ = run(backend, CombinedDrafter(MtpDrafter(head)), 0, controller=controller)
+    tokens, _, _ = run(backend, CombinedDrafter(MtpDrafter(head)), 0, controller=controller)
     assert tokens == alone
-    assert rounds, "the default drafted"
+    # The head was weighed (on this tiny model a head step costs most of a target token, so
+    # whether it drafts is the costs' call).
+    assert "mtp" in controller.sources
 
 
 @pytest.mark.parametrize("seed", [1, 2])
