@@ -370,7 +370,8 @@ class LlamaBackend(EvaluatedTokens):
                 if _has_field(ctx_params, "n_rs_seq")
                 else 0
             )
-        self._checkpoint: tuple[int, bytes] | None = None  # (n_past, recurrent state)
+        # (n_past, the recurrent state there, its size in bytes)
+        self._checkpoint: tuple[int, ctypes.Array, int] | None = None
         # Called after each decoded chunk with (first position, n tokens): the MTP head reads
         # the target's hidden rows there, before the next decode overwrites them.
         self.on_decoded: Callable[[int, int], None] | None = None
@@ -567,19 +568,20 @@ class LlamaBackend(EvaluatedTokens):
             return
         lib, flags = self._lib, self._lib.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
         size = lib.llama_state_seq_get_size_ext(self._ctx, 0, flags)
-        buf = (ctypes.c_uint8 * size)()
-        written = lib.llama_state_seq_get_data_ext(self._ctx, buf, size, 0, flags)
-        self._checkpoint = (self.n_past, bytes(buf[:written]))
+        state = self._checkpoint[1] if self._checkpoint else None  # a draft's, every round
+        if state is None or len(state) < size:
+            state = (ctypes.c_uint8 * size)()  # kept as is: no copy into Python objects
+        written = lib.llama_state_seq_get_data_ext(self._ctx, state, size, 0, flags)
+        self._checkpoint = (self.n_past, state, written)
 
     def _restore_checkpoint(self, n_past: int) -> int:
         """Bring the context back to the checkpoint if it is at or before `n_past` (else to
         the start); return the position it is back at."""
         lib = self._lib
         if self._checkpoint is not None and self._checkpoint[0] <= n_past:
-            at, state = self._checkpoint
+            at, state, size = self._checkpoint
             flags = lib.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
-            data = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
-            if lib.llama_state_seq_set_data_ext(self._ctx, data, len(state), 0, flags):
+            if lib.llama_state_seq_set_data_ext(self._ctx, state, size, 0, flags):
                 lib.llama_memory_seq_rm(self._memory, 0, at, -1)  # the KV part
                 return at
         self._checkpoint = None
