@@ -222,7 +222,7 @@ def chat(
     )
     check_max_tokens(max_tokens)
     view = ui.ChatView(color=ui.color_wanted(no_color), record=record is not None)
-    with ui.stderr_console().status("loading models…"):
+    with ui.stderr_console(color=view.color).status("loading models…"):
         engine = Engine(config)
     with engine:
         calibrate_with_notice(engine)  # before the first turn, not inside it

@@ -20,9 +20,11 @@ from rich.text import Text
 from specllama.engine.stats import GenerationStats
 
 
-def stderr_console() -> Console:
-    """Colour only for a terminal (rich checks isatty) and never under NO_COLOR."""
-    return Console(stderr=True, no_color=bool(os.environ.get("NO_COLOR")), highlight=False)
+def stderr_console(*, color: bool = True) -> Console:
+    """Colour only for a terminal (rich checks isatty), never under NO_COLOR, nor when the
+    user said --no-color (`color` False)."""
+    plain = not color or bool(os.environ.get("NO_COLOR"))
+    return Console(stderr=True, no_color=plain, highlight=False)
 
 
 def summary_line(stats: GenerationStats) -> str:
