@@ -123,7 +123,9 @@ def test_a_worker_killed_in_the_middle_of_an_answer_is_one_line_and_exit_1(
     lines = error_lines(stderr)
     assert len(lines) == 1, stderr
     assert lines[0].startswith(f"error: lost the connection to the RPC worker at {worker.endpoint}")
-    assert "Traceback" not in stderr and "ggml" not in stderr.lower()
+    # Nothing of ggml's own abort (a warning on a machine with AMX names -DGGML_ flags).
+    assert "Traceback" not in stderr
+    assert not any(word in stderr for word in ("ggml-rpc", "ggml_abort", "GGML_ASSERT"))
     assert elapsed < 10
 
 
