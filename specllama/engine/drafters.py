@@ -9,7 +9,7 @@ noise (the seed, the position) on its own distribution, to guess that draw.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -104,6 +104,33 @@ def choose_draft_token(
     return gumbel_max(q, params.seed, position)
 
 
+def draft_chain(
+    logits: np.ndarray,
+    after: Callable[[int], np.ndarray],
+    position: int,
+    n_max: int,
+    params: SamplingParams,
+    p_min: float,
+    vocab: LlamaBackend,
+    stop: threading.Event | None = None,
+) -> Draft:
+    """A model-made draft, one token at a time: choose a token from `logits` (for `position`),
+    then `after(token)` gives the logits for the next, until `n_max` tokens, an unconfident
+    one, an end-of-generation token (`vocab.is_eog`) or `stop`."""
+    draft = Draft()
+    while True:
+        token = choose_draft_token(logits, params, position + len(draft), p_min)
+        if token is None:
+            break
+        draft.tokens.append(token)
+        if len(draft) == n_max or vocab.is_eog(token):
+            break
+        if stop is not None and stop.is_set():
+            break
+        logits = after(token)
+    return draft
+
+
 class DraftModelDrafter:
     """A small model of the same vocabulary, run token by token in its own context.
 
@@ -131,22 +158,15 @@ class DraftModelDrafter:
         min_confidence: float | None = None,
         stop: threading.Event | None = None,
     ) -> Draft:
-        draft = Draft()
         if n_max <= 0:
-            return draft
+            return Draft()
         p_min = self.min_confidence if min_confidence is None else min_confidence
-        logits = self.model.sync(context, logits_at_last=True)
-        while True:
-            token = choose_draft_token(logits, params, len(context) + len(draft), p_min)
-            if token is None:
-                break
-            draft.tokens.append(token)
-            if len(draft) == n_max or self.model.is_eog(token):
-                break
-            if stop is not None and stop.is_set():
-                break
-            logits = self.model.decode([token], [0], copy=False)[0]
-        return draft
+        first = self.model.sync(context, logits_at_last=True)
+
+        def after(token: int) -> np.ndarray:
+            return self.model.decode([token], [0], copy=False)[0]
+
+        return draft_chain(first, after, len(context), n_max, params, p_min, self.model, stop)
 
     @property
     def decode_seconds(self) -> float:

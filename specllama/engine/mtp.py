@@ -12,7 +12,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
-from specllama.engine.drafters import Draft, choose_draft_token
+import numpy as np
+
+from specllama.engine.drafters import Draft, draft_chain
 from specllama.engine.sampling import SamplingParams
 from specllama.llama.mtp import MtpHead
 
@@ -44,21 +46,19 @@ class MtpDrafter:
         min_confidence: float | None = None,
         stop: threading.Event | None = None,
     ) -> Draft:
-        draft = Draft()
         if n_max <= 0:
-            return draft
+            return Draft()
         p_min = self.min_confidence if min_confidence is None else min_confidence
-        logits, row = self.head.catch_up(context)
+        first, row = self.head.catch_up(context)
         self._drafted_at = len(context)
-        while True:
-            token = choose_draft_token(logits, params, len(context) + len(draft), p_min)
-            if token is None:
-                break
-            draft.tokens.append(token)
-            if len(draft) == n_max or self.head.target.is_eog(token):
-                break
+
+        def after(token: int) -> np.ndarray:
+            nonlocal row  # each guess goes in with the head's own row of the one before
             logits, row = self.head.step(token, row)
-        return draft
+            return logits
+
+        target = self.head.target
+        return draft_chain(first, after, len(context), n_max, params, p_min, target, stop)
 
     @property
     def decode_seconds(self) -> float:
