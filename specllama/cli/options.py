@@ -244,14 +244,12 @@ def engine_config(
         raise UsageError("--gpu-layers 0 leaves the --rpc workers nothing to run")
     rpc_timeout_s = rpc.timeout_from_env()
     target_path, draft_path, chosen = resolve_models(pair, target, draft, threads)
-    if drafter is None:
+    if drafter is None and chosen:
+        drafter = chosen.drafter
+    if drafter is None:  # the default picks mtp only where the target's head runs here
         named = draft not in (None, DRAFT_AUTO)
-        drafter = (
-            chosen.drafter
-            if chosen
-            else default_drafter(target_path, draft_path, draft_named=named)
-        )
-    if drafter == "mtp" and (problem := mtp_problem(target_path)):
+        drafter = default_drafter(target_path, draft_path, draft_named=named)
+    elif drafter == "mtp" and (problem := mtp_problem(target_path)):
         raise UsageError(problem, hint="--drafter ngram, or model with a --draft")
     # A --draft-max given caps the adaptive controller too; the pair's is for --fixed.
     adaptive_draft_max = draft_max or ADAPTIVE_DRAFT_MAX

@@ -17,7 +17,7 @@ import os
 import sys
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -166,6 +166,18 @@ DEFAULT_ROLLBACK_DEPTH = 16
 def _has_field(struct: ctypes.Structure, name: str) -> bool:
     """Whether this llama-cpp-python's ctypes structure has `name` (fields come and go)."""
     return any(field[0] == name for field in type(struct)._fields_)
+
+
+def fill_batch(batch, tokens: Sequence[int], first_pos: int, logits_at: Container[int]) -> None:
+    """Put `tokens` in a llama_batch at positions from `first_pos`, sequence 0, with logits
+    wanted at the indices in `logits_at`."""
+    for i, token in enumerate(tokens):
+        batch.token[i] = token
+        batch.pos[i] = first_pos + i
+        batch.n_seq_id[i] = 1
+        batch.seq_id[i][0] = 0
+        batch.logits[i] = i in logits_at
+    batch.n_tokens = len(tokens)
 
 
 def default_threads() -> int:
@@ -347,7 +359,8 @@ class LlamaBackend(EvaluatedTokens):
             llama_cpp.llama_model_is_recurrent(self._model)
             or llama_cpp.llama_model_is_hybrid(self._model)
         )
-        if self.recurrent and _has_field(ctx_params, "n_rs_seq"):
+        snapshots = self.recurrent and _has_field(ctx_params, "n_rs_seq")
+        if snapshots:
             ctx_params.n_rs_seq = rollback_depth
         with self._waiting():
             self._ctx = llama_cpp.llama_init_from_model(self._model, ctx_params)
@@ -365,11 +378,7 @@ class LlamaBackend(EvaluatedTokens):
         # snapshots kept for a recurrent state (0 where this llama.cpp keeps none).
         self.max_rollback: int | None = None
         if self.recurrent:
-            self.max_rollback = (
-                int(llama_cpp.llama_n_rs_seq(self._ctx))
-                if _has_field(ctx_params, "n_rs_seq")
-                else 0
-            )
+            self.max_rollback = int(llama_cpp.llama_n_rs_seq(self._ctx)) if snapshots else 0
         # (n_past, the recurrent state there, its size in bytes)
         self._checkpoint: tuple[int, ctypes.Array, int] | None = None
         # Called after each decoded chunk with (first position, n tokens): the MTP head reads
@@ -529,14 +538,7 @@ class LlamaBackend(EvaluatedTokens):
 
     def _decode_chunk(self, chunk: Sequence[int], logits_at: Sequence[int]) -> None:
         batch = self._batch
-        flagged = set(logits_at)
-        for i, token in enumerate(chunk):
-            batch.token[i] = token
-            batch.pos[i] = self.n_past + i
-            batch.n_seq_id[i] = 1
-            batch.seq_id[i][0] = 0
-            batch.logits[i] = i in flagged
-        batch.n_tokens = len(chunk)
+        fill_batch(batch, chunk, self.n_past, set(logits_at))
         status = self._lib.llama_decode(self._ctx, batch)
         if status != 0:
             raise ContextOverflowError(

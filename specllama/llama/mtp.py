@@ -22,7 +22,13 @@ from functools import cache
 import numpy as np
 
 from specllama.errors import ModelLoadError, SpecllamaError, UsageError
-from specllama.llama.backend import EvaluatedTokens, LlamaBackend, _has_field, _llama
+from specllama.llama.backend import (
+    EvaluatedTokens,
+    LlamaBackend,
+    _has_field,
+    _llama,
+    fill_batch,
+)
 
 _ROWS_KEPT_BEHIND = 64
 _EXT_FUNCTIONS = (
@@ -191,15 +197,9 @@ class MtpHead(EvaluatedTokens):
         self.check_fits(self.n_past + len(tokens))
         lib, batch = self._lib, self._batch
         n = len(tokens)
-        for i, token in enumerate(tokens):
-            batch.token[i] = token
-            batch.pos[i] = self.n_past + i
-            batch.n_seq_id[i] = 1
-            batch.seq_id[i][0] = 0
-            batch.logits[i] = i == n - 1
+        fill_batch(batch, tokens, self.n_past, {n - 1})
         rows = np.ascontiguousarray(rows, dtype=np.float32)
         ctypes.memmove(batch.embd, rows.ctypes.data, rows.nbytes)
-        batch.n_tokens = n
         started = time.perf_counter()
         status = lib.llama_decode(self._ctx, batch)
         if status != 0:
