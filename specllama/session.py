@@ -31,6 +31,7 @@ from specllama.llama.mtp import MtpHead, mtp_support
 from specllama.llama.rpc import DEFAULT_TIMEOUT_S
 from specllama.models.catalog import DRAFTERS
 from specllama.models.compat import check_compatible
+from specllama.models.hardware import gpu_backend
 from specllama.policy import calibration, trust
 from specllama.policy.controller import AdaptiveController
 from specllama.policy.costs import Costs
@@ -143,13 +144,18 @@ class Engine:
                 extra_buffers=config.extra_buffers,
             )
             check_compatible(self.draft_model, self.target)
-        self.drafter = self._make_drafter(config.drafter)
+        self.drafter = self.make_drafter(config.drafter)
         self.draft_max = config.draft_max
         self.adaptive_draft_max = config.adaptive_draft_max
         self.calibration: calibration.Calibration | None = None
         self.controller: DraftController | None = None  # adaptive: kept across generations
 
-    def _make_drafter(self, name: str) -> Drafter:
+    def drafter_choices(self) -> list[str]:
+        """The drafters `make_drafter` can make with the models loaded."""
+        loaded = [("model", self.draft_model), ("mtp", self.mtp_head)]
+        return [*(name for name, part in loaded if part is not None), "ngram", "none"]
+
+    def make_drafter(self, name: str) -> Drafter:
         if name == "model":
             if self.draft_model is None:
                 raise UsageError("no draft model is loaded: start with --draft or --pair")
@@ -168,7 +174,7 @@ class Engine:
 
     def use_drafter(self, name: str) -> None:
         check_drafter(name)
-        self.drafter = self._make_drafter(name)
+        self.drafter = self.make_drafter(name)
 
     def close(self) -> None:
         if self.mtp_head is not None:
@@ -200,13 +206,16 @@ class Engine:
         *,
         max_tokens: int,
         controller: DraftController | None = None,
+        drafter: Drafter | None = None,
     ) -> Iterator[Event]:
-        if isinstance(self.drafter, NoDrafter):
+        """The loop's events, drafting with `drafter` (default: the current choice)."""
+        drafter = drafter or self.drafter
+        if isinstance(drafter, NoDrafter):
             controller = FixedLength(0)
         controller = controller or self.default_controller()
         events = generate(
             self.target,
-            self.drafter,
+            drafter,
             prompt,
             params,
             max_tokens=max_tokens,
@@ -269,6 +278,16 @@ class Engine:
         if reason is not None:
             calibration.mark_stale(self._calibration_key(), reason)
         return reason
+
+    @property
+    def device(self) -> str:
+        """Where the target runs, in a few words: "CPU, 2 threads", "GPU (CUDA)"..."""
+        build, config = build_facts(), self.config
+        if build.gpu_offload and config.n_gpu_layers != 0:
+            where = f"GPU ({gpu_backend(build)})"
+        else:
+            where = f"CPU, {self.target.n_threads} threads"
+        return where + (f", layers on {len(config.rpc)} RPC workers" if config.rpc else "")
 
     @property
     def both_on_gpu(self) -> bool:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import webbrowser
 from typing import Annotated
 
 import typer
@@ -32,6 +34,16 @@ from specllama.errors import UsageError
 from specllama.llama.rpc import is_loopback
 from specllama.models.catalog import load_catalog
 from specllama.session import Engine
+
+
+def check_origin(origin: str) -> str:
+    """--cors takes what a browser sends as Origin: scheme://host[:port], or '*'."""
+    origin = origin.strip().rstrip("/")
+    if origin != "*" and not re.fullmatch(r"https?://[^/\s]+", origin):
+        raise UsageError(
+            f"--cors {origin!r} is not an origin", hint="give scheme://host[:port], or '*'"
+        )
+    return origin
 
 
 def serve(
@@ -72,8 +84,22 @@ def serve(
         int,
         typer.Option("--queue", min=0, help="Requests that may wait behind the running one."),
     ] = 8,
+    cors: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--cors",
+            metavar="ORIGIN",
+            show_default=False,
+            help="Let web pages at ORIGIN (http://host:port) call the API; repeat for more, "
+            "'*' for any. None by default.",
+        ),
+    ] = None,
+    open_page: Annotated[
+        bool, typer.Option("--open", help="Open the chat page in the browser once ready.")
+    ] = False,
 ) -> None:
-    """An OpenAI-compatible HTTP server (chat and text completions) over the pair."""
+    """An OpenAI-compatible HTTP server (chat and text completions) over the pair, with a chat
+    page at its address that shows what speculation does."""
     from specllama.server import app as server
 
     defaults = SamplingParams(temperature, top_k, top_p, min_p)
@@ -96,7 +122,8 @@ def serve(
     # A catalogue pair is served under its name; a --target under its file name (an Ollama or
     # LM Studio model under its name there: its file name is a digest or a quantisation).
     model_id = served_name(target, config.target) if target else load_catalog().pair(pair).name
-    settings = server.Settings(model_id, api_key, queue, defaults)
+    origins = tuple(check_origin(origin) for origin in cors or ())
+    settings = server.Settings(model_id, api_key, queue, defaults, host=host, cors=origins)
     console = ui.stderr_console()
     if api_key is None and not is_loopback(host):
         ui.print_warning(
@@ -109,12 +136,18 @@ def serve(
         engine = Engine(config)
     with engine:
         ui.show_log(server.log, console)  # a line per answer, and errors
-        url, facts = f"{server.url_of(sock)}/v1", server.startup_facts(engine, settings)
+        url, facts = server.url_of(sock), server.startup_facts(engine, settings)
+
+        def ready() -> None:
+            ui.print_serving(f"{url}/v1", [f"chat page {url}/", *facts], console)
+            if open_page:
+                webbrowser.open(f"{url}/")
+
         server.run(
             engine,
             settings,
             sock,
             prepare=lambda: calibrate_with_notice(engine),  # on the generation thread
-            on_ready=lambda: ui.print_serving(url, facts, console),
+            on_ready=ready,
         )
     console.print("[dim]server stopped[/dim]")

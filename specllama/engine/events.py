@@ -21,6 +21,7 @@ class RoundEvent:
     target_s: float  # time in the target's verify decode this round
     source: str = ""  # who was asked to draft ("model", "ngramN"; "" when nobody was asked)
     wall_s: float = 0.0  # the whole round, from choosing what to draft to the rollback
+    k: int = 0  # the draft length the controller chose (the drafter may have stopped sooner)
     # Pipelined drafting: the draft was made during the last round's verify (draft_s is then 0);
     # n_ahead tokens were drafted beside this round's verify, in ahead_s of the draft's decode
     # time, and the loop waited wait_s for them after verifying.

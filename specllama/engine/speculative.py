@@ -115,7 +115,7 @@ def generate(
             k = max(0, min(k, left - 1, room, _rollback_limit(target)))
             plan = _Plan(source, k, _ahead_max(controller, source, k, left, room))
             round_ = _round(target, drafter, context, plan, controller, params, ahead)
-            event = replace(round_.event, wall_s=time.perf_counter() - round_started)
+            event = replace(round_.event, wall_s=time.perf_counter() - round_started, k=plan.k)
             controller.observe(event)
             stats.record_round(event.n_drafted, event.n_accepted)
             stats.draft_hidden_s += max(event.ahead_s - event.wait_s, 0.0)

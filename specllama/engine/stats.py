@@ -125,11 +125,13 @@ class LiveCounter:
     def on_token(self) -> None:
         self.stats.n_generated += 1
 
-    def snapshot(self, finish_reason: str = "") -> GenerationStats:
-        """The stats so far, with the elapsed time filled in."""
+    def snapshot(self, finish_reason: str | None = None) -> GenerationStats:
+        """The stats so far, with the elapsed time filled in (and the finish reason, when the
+        generation was ended from outside)."""
         if self._started is not None:
             self.stats.time_s = max(self._clock() - self._started, 1e-9)
-        self.stats.finish_reason = finish_reason
+        if finish_reason is not None:
+            self.stats.finish_reason = finish_reason
         return self.stats
 
 

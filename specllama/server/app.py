@@ -1,7 +1,9 @@
 """`specllama serve`: OpenAI's HTTP API (Starlette on uvicorn) over one loaded Engine.
 
 Routes: GET /health, GET /v1/models[/{id}], POST /v1/chat/completions, POST /v1/completions,
-streamed as server-sent events (`data: {...}` chunks, then `data: [DONE]`) or whole.
+streamed as server-sent events (`data: {...}` chunks, then `data: [DONE]`) or whole; the chat
+page at / (server_page) and what it shows of the server at GET /specllama/status. Every
+request passes the guard first (server_guard: Host, Origin, JSON bodies).
 
 A request is checked (server_requests), tokenised off the event loop, and queued: generations
 run one at a time on the queue's worker thread (server_queue), and their text comes back here as
@@ -12,6 +14,7 @@ error shape; anything else is a 500 with one log line, never a dead server.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hmac
 import json
 import logging
@@ -19,11 +22,13 @@ import os
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import uvicorn
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -31,6 +36,8 @@ from starlette.routing import Route
 from specllama.chat import Message
 from specllama.engine.sampling import SamplingParams
 from specllama.errors import SpecllamaError
+from specllama.server.guard import Guard, host_names
+from specllama.server.page import page_routes
 from specllama.server.queue import (
     Cancelled,
     Done,
@@ -66,6 +73,8 @@ class Settings:
     max_waiting: int = 8  # requests queued behind the running one; beyond: 503
     defaults: SamplingParams = field(default_factory=SamplingParams)  # what a request omits
     max_body_bytes: int = MAX_BODY_BYTES
+    host: str = "127.0.0.1"  # the address served: requests must name it (or an address)
+    cors: tuple[str, ...] = ()  # origins whose pages may call the API ("*": any)
 
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -91,6 +100,24 @@ class Api:
         self._check_model(request.path_params["model"])
         return JSONResponse(self._model_card())
 
+    async def status(self, request: Request) -> Response:
+        """What the page shows of the server: the pair, the drafters, context, device."""
+        config, defaults = self.engine.config, self.settings.defaults
+        return JSONResponse(
+            {
+                "model": self.settings.model_id,
+                "target": _file_facts(config.target),
+                "draft": _file_facts(config.draft) if self.engine.draft_model else None,
+                "drafter": self.engine.drafter.name,
+                "drafters": ["auto", *self.engine.drafter_choices()],
+                "adaptive": config.adaptive,
+                "draft_max": self.engine.draft_max,
+                "n_ctx": self.engine.target.n_ctx,
+                "device": self.engine.device,
+                "defaults": dataclasses.asdict(defaults),
+            }
+        )
+
     async def chat_completions(self, request: Request) -> Response:
         return await self._complete(request, "chat", parse_chat)
 
@@ -99,7 +126,9 @@ class Api:
 
     def routes(self) -> list[Route]:
         return [
+            *page_routes(),
             Route("/health", _errors_as_json(self.health)),
+            Route("/specllama/status", self._guarded(self.status)),
             Route("/v1/models", self._guarded(self.models)),
             Route("/v1/models/{model:path}", self._guarded(self.model)),
             Route("/v1/chat/completions", self._guarded(self.chat_completions), methods=["POST"]),
@@ -140,6 +169,17 @@ class Api:
                 code="model_not_found",
             )
 
+    def _check_drafter(self, drafter: str | None) -> None:
+        choices = self.engine.drafter_choices()
+        if drafter is not None and drafter not in choices:
+            raise ApiError(
+                400,
+                f"Invalid value for 'specllama.drafter': {drafter!r}; with the models this "
+                f"server loaded, choose one of auto, {', '.join(choices)}.",
+                param="specllama.drafter",
+                code="invalid_value",
+            )
+
     def _model_card(self) -> dict[str, object]:
         card = {"id": self.settings.model_id, "object": "model", "created": self.created}
         return {**card, "owned_by": "specllama"}
@@ -151,13 +191,14 @@ class Api:
     ) -> Response:
         asked = parse(parse_json(await _read_body(request, self.settings.max_body_bytes)))
         self._check_model(asked.model)
+        self._check_drafter(asked.drafter)
         if self.queue.full():  # refused before the work of tokenising (submit checks again)
             raise self._busy()
         # Tokenising a long prompt takes a while: off the event loop, beside the generation
         # (the vocabulary is read-only, so the worker thread may decode meanwhile).
         prompt = await run_in_threadpool(self._prompt_tokens, asked)
         params = asked.sampling_params(self.settings.defaults)
-        job = Job(Work(prompt, params, self._max_tokens(prompt, asked), asked.stop))
+        job = Job(Work(prompt, params, self._max_tokens(prompt, asked), asked.stop, asked.drafter))
         try:
             self.queue.submit(job)
         except QueueFull:
@@ -213,7 +254,7 @@ class Api:
                 yield _sse(chunk)
             async for output in job.outputs():
                 if isinstance(output, Text):
-                    yield _sse(shape.text_chunk(output.text))
+                    yield _sse(shape.text_chunk(output))
                 elif isinstance(output, Done):
                     self._report(shape, output)
                     for chunk in shape.final_chunks(output):
@@ -257,6 +298,10 @@ class Api:
             done.n_prompt_reused,
             s.finish_reason,
         )
+
+
+def _file_facts(path: Path) -> dict[str, object]:
+    return {"file": path.name, "bytes": path.stat().st_size}
 
 
 def _same(given: str, expected: str) -> bool:
@@ -328,7 +373,10 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 def create_app(engine: Engine, queue: GenerationQueue, settings: Settings) -> Starlette:
     api = Api(engine, queue, settings)
-    return Starlette(routes=api.routes(), exception_handlers={HTTPException: _http_error})
+    guard = Middleware(Guard, hosts=host_names(settings.host), cors=settings.cors)
+    return Starlette(
+        routes=api.routes(), middleware=[guard], exception_handlers={HTTPException: _http_error}
+    )
 
 
 # -- running it ---------------------------------------------------------------------------------
@@ -401,8 +449,6 @@ def run(
     GenerationQueue), then `on_ready`. On Ctrl-C the running generation stops at its next
     event, and its response ends with an error chunk (streamed) or a 503."""
     queue = GenerationQueue(engine, max_waiting=settings.max_waiting, prepare=prepare)
-    if on_ready is not None:
-        on_ready()
     app = create_app(engine, queue, settings)
     config = uvicorn.Config(
         app,
@@ -410,7 +456,9 @@ def run(
         access_log=False,
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
     )
-    sock.listen()
+    sock.listen()  # connections made from here on wait for uvicorn: a browser may be opened
+    if on_ready is not None:
+        on_ready()
     try:
         _Server(config, queue).run(sockets=[sock])
     except KeyboardInterrupt:

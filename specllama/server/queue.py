@@ -15,12 +15,14 @@ import logging
 import queue
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from specllama.engine.control import kind_of
 from specllama.engine.events import FinishEvent, RoundEvent, TokenEvent
 from specllama.engine.sampling import SamplingParams
 from specllama.engine.stats import GenerationStats, LiveCounter
 from specllama.engine.stops import StopMatcher
+from specllama.server.origins import Piece, TokenTape, origin
 from specllama.session import Engine
 
 log = logging.getLogger("specllama.server.app")
@@ -45,11 +47,19 @@ class Work:
     params: SamplingParams
     max_tokens: int
     stop: tuple[str, ...] = ()
+    drafter: str | None = None  # one of the engine's drafter_choices(); None: its current one
 
 
 @dataclass(frozen=True)
 class Text:
-    text: str
+    """A piece of the answer: its tokens with their origins, and the figures so far."""
+
+    pieces: list[Piece]
+    progress: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def text(self) -> str:
+        return "".join(text for text, _ in self.pieces)
 
 
 @dataclass(frozen=True)
@@ -209,14 +219,17 @@ def answer(engine: Engine, work: Work, cancelled: threading.Event) -> Iterator[O
     wakes the event loop, which competes for the cores with the next round's decode.
     """
     reused = min(engine.target.common_prefix(work.prompt), len(work.prompt) - 1)
+    drafter = engine.make_drafter(work.drafter) if work.drafter else engine.drafter
     text = engine.target_text_stream()
     stops = StopMatcher(work.stop)
-    counter = LiveCounter(engine.drafter.name)  # the stats when a stop string ends it early
+    tape = TokenTape()
+    counter = LiveCounter(drafter.name)  # the stats when a stop string ends it early
     finish: FinishEvent | None = None
-    pending = ""  # this round's text so far
+    pieces: list[Piece] = []  # this round's tokens, as far as the stop strings let them out
+    round_: RoundEvent | None = None
     to_come = 0  # this round's tokens not seen yet
     params = work.params.with_seed()  # drawn here, so that an answer cut short reports it too
-    events = engine.generate(work.prompt, params, max_tokens=work.max_tokens)
+    events = engine.generate(work.prompt, params, max_tokens=work.max_tokens, drafter=drafter)
     try:
         for event in events:
             if cancelled.is_set():
@@ -224,16 +237,19 @@ def answer(engine: Engine, work: Work, cancelled: threading.Event) -> Iterator[O
                 return
             if isinstance(event, RoundEvent):
                 counter.on_round(event.n_drafted, event.n_accepted, event.draft_s, event.target_s)
-                to_come = event.n_accepted + 1  # the accepted drafts and the target's token
+                round_, to_come = event, event.n_accepted + 1  # accepted drafts + the target's
             elif isinstance(event, TokenEvent):
                 counter.on_token()
                 to_come -= 1
-                pending += stops.feed(text.feed(event.token))
+                assert round_ is not None, "a round comes before its tokens"
+                piece = text.feed(event.token)
+                tape.add(piece, origin(round_.source, event.from_draft))
+                pieces += tape.release(stops.feed(piece))
                 if stops.stopped:
                     break
-                if to_come == 0 and pending:
-                    yield Text(pending)
-                    pending = ""
+                if to_come == 0 and _has_text(pieces):
+                    yield Text(pieces, _progress(counter, round_))
+                    pieces = []
             elif isinstance(event, FinishEvent):
                 finish = event
     finally:
@@ -244,10 +260,32 @@ def answer(engine: Engine, work: Work, cancelled: threading.Event) -> Iterator[O
         stats.seed = params.effective_seed
     else:
         stats = finish.stats
-        pending += stops.feed(text.flush()) + stops.flush()
+        tape.extend_last(flushed := text.flush())
+        pieces += tape.release(stops.feed(flushed) + stops.flush())
         if stops.stopped:
             stats.finish_reason = "stop_string"
-    if pending:
-        yield Text(pending)
+    pieces += tape.finish()
+    if pieces:
+        yield Text(pieces, _progress(counter, round_))
     stats.n_prompt = len(work.prompt)
     yield Done(stats, reused)
+
+
+def _has_text(pieces: list[Piece]) -> bool:
+    return any(text for text, _ in pieces)
+
+
+def _progress(counter: LiveCounter, round_: RoundEvent | None) -> dict[str, object]:
+    """The figures so far, for a live display: counts, speed and the last round's choice."""
+    stats = counter.snapshot()
+    return {
+        "n_generated": stats.n_generated,
+        "n_drafted": stats.n_drafted,
+        "n_accepted": stats.n_accepted,
+        "n_rounds": stats.n_rounds,
+        "time_s": round(stats.time_s, 4),
+        "tokens_per_s": round(stats.tokens_per_s, 3),
+        "acceptance_rate": round(stats.acceptance_rate, 4),
+        "draft_length": round_.k if round_ else 0,  # what the policy chose last round
+        "draft_source": kind_of(round_.source) if round_ and round_.k else "",
+    }

@@ -107,6 +107,7 @@ class GenerationRequest:
     stream: bool = False
     include_usage: bool = False
     messages: tuple[Message, ...] = ()  # chat
+    drafter: str | None = None  # specllama.drafter: who drafts this answer; None: the server's
     prompt: str | None = None  # text completion
 
     def sampling_params(self, defaults: SamplingParams) -> SamplingParams:
@@ -162,6 +163,7 @@ def _request(fields: _Fields, **specific: Any) -> GenerationRequest:
         stream_options.refuse_unread()
     fields.get("user", str, "a string")  # an end-user id for abuse monitoring: no effect here
     asked = GenerationRequest(
+        drafter=_extension(fields.get("specllama", dict, "an object")),
         model=fields.get("model", str, "a string", required=True),
         sampling=_sampling(fields),
         stop=_stop(fields.get("stop", (str, list), "a string or an array of strings")),
@@ -188,6 +190,17 @@ def _sampling(fields: _Fields) -> dict[str, Any]:
     if chosen["seed"] == RANDOM_SEED:
         chosen["seed"] = None  # the server sets no seed of its own: random
     return {k: v for k, v in chosen.items() if v is not None}
+
+
+def _extension(value: dict[str, Any] | None) -> str | None:
+    """specllama's own request fields, {"drafter": "none"}: OpenAI clients send them as extra
+    body. "auto" (or nothing) is the server's own choice."""
+    if value is None:
+        return None
+    fields = _Fields(value, "specllama")
+    drafter = fields.get("drafter", str, "a string")
+    fields.refuse_unread()
+    return None if drafter in (None, "auto") else drafter
 
 
 def _stop(value: str | list[Any] | None) -> tuple[str, ...]:

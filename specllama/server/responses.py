@@ -1,7 +1,10 @@
 """OpenAI response bodies for chat and text completions, whole or as stream chunks.
 
 Each answer also carries a `specllama` object: what speculation did for it (drafted, accepted,
-acceptance rate, tokens/s, rounds, finish reason, prompt tokens reused from the KV cache).
+acceptance rate, tokens/s, rounds, finish reason, prompt tokens reused from the KV cache). In a
+stream, each text chunk's `specllama` object holds the tokens that make up its text, each with
+its origin ("target", or the drafter whose guess was accepted), and the figures so far. OpenAI
+clients ignore the field.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ import time
 import uuid
 from typing import Any
 
-from specllama.server.queue import Done
+from specllama.server.queue import Done, Text
 
 
 def usage(done: Done) -> dict[str, Any]:
@@ -66,8 +69,10 @@ class Shape:
         choice["delta"] = {"role": "assistant", **choice["delta"]}
         return [self._chunk([choice])]
 
-    def text_chunk(self, text: str) -> dict[str, Any]:
-        return self._chunk([self._choice(text, None)])
+    def text_chunk(self, output: Text) -> dict[str, Any]:
+        chunk = self._chunk([self._choice(output.text, None)])
+        chunk["specllama"] = {"tokens": [list(piece) for piece in output.pieces], **output.progress}
+        return chunk
 
     def final_chunks(self, done: Done) -> list[dict[str, Any]]:
         """The chunk with the finish reason (and the stats), then usage if it was asked for."""

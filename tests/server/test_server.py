@@ -8,72 +8,35 @@ the token count), before and after every kind of error, disconnect and queue ref
 from __future__ import annotations
 
 import asyncio
-import functools
 import http.client
 import itertools
 import json
-import os
 import re
-import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import openai
 import pytest
+from serving import (
+    COUNTING,
+    CTX,
+    JSON_POST,
+    KEY,
+    PROMPT,
+    Server,
+    chat,
+    reference,
+    run_target_alone,
+    serve,
+)
 from typer.testing import CliRunner
 
 from specllama.cli.app import app
 
 pytestmark = pytest.mark.slow
-
-KEY = "test-key-123"
-AUTH = {"Authorization": f"Bearer {KEY}"}
-CTX = 512
-PROMPT = "Name three fruits."
-COUNTING = "1, 2, 3, 4,"  # a text completion that goes on for as long as it is allowed
-
-
-@dataclass
-class Server:
-    url: str
-    model: str
-    log: Path
-    process: subprocess.Popen
-
-    @property
-    def address(self) -> tuple[str, int]:
-        host, port = self.url.removeprefix("http://").split(":")
-        return host, int(port)
-
-    def client(self, **kwargs) -> openai.OpenAI:
-        return openai.OpenAI(base_url=f"{self.url}/v1", api_key=KEY, max_retries=0, **kwargs)
-
-    def request(
-        self, method: str, path: str, body: object = None, headers: dict | None = None
-    ) -> tuple[int, dict[str, str], dict]:
-        """Raw HTTP: (status, headers, JSON body)."""
-        conn = http.client.HTTPConnection(*self.address, timeout=60)
-        data = body if isinstance(body, bytes | None) else json.dumps(body).encode()
-        conn.request(method, path, body=data, headers={**AUTH, **(headers or {})})
-        response = conn.getresponse()
-        payload = json.loads(response.read())
-        conn.close()
-        return response.status, dict(response.getheaders()), payload
-
-    def health(self) -> dict:
-        return self.request("GET", "/health")[2]
-
-    def wait_idle(self, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while self.health()["generating"] or self.health()["waiting"]:
-            assert time.monotonic() < deadline, "the server stays busy"
-            time.sleep(0.05)
 
 
 @pytest.fixture(scope="module")
@@ -82,75 +45,6 @@ def server(smol_f32: Path, smol_q4: Path, tmp_path_factory) -> Iterator[Server]:
     one generation and one waiting request at most, the key from the environment."""
     extra = ["--draft", str(smol_q4), "--fixed", "--draft-max", "4", "--queue", "1"]
     yield from serve(smol_f32, extra, tmp_path_factory.mktemp("serve") / "stderr.txt")
-
-
-def serve(target: Path, extra: list[str], log: Path, ctx: int = CTX) -> Iterator[Server]:
-    """`specllama serve` on `target` in a subprocess until the test is done, then Ctrl-C."""
-    command = [sys.executable, "-m", "specllama", "serve", "--target", str(target), *extra]
-    command += ["--ctx", str(ctx), "--threads", "1", "--port", "0"]
-    env = {**os.environ, "SPECLLAMA_API_KEY": KEY, "NO_COLOR": "1"}
-    with open(log, "w") as stderr:
-        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr, env=env)
-    try:
-        url = _wait_for_url(log, process)
-        started = Server(url, target.name, log, process)
-        _wait_until_up(started)
-        yield started
-    finally:
-        process.send_signal(signal.SIGINT)
-        code = process.wait(timeout=60)
-    # Stopped with Ctrl-C: a clean exit, and no traceback ever reached the terminal.
-    text = log.read_text()
-    assert code == 0, text
-    assert "Traceback" not in text, text
-
-
-def _wait_for_url(log: Path, process: subprocess.Popen) -> str:
-    deadline = time.monotonic() + 120
-    while not (found := re.search(r"specllama serve (http://\S+)/v1", log.read_text())):
-        assert process.poll() is None, log.read_text()
-        assert time.monotonic() < deadline, log.read_text()
-        time.sleep(0.1)
-    return found.group(1)
-
-
-def _wait_until_up(server: Server) -> None:
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            server.health()
-            return
-        except OSError:  # refused until the models are loaded
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
-
-
-@functools.cache
-def reference(
-    prompt: str, max_tokens: int, *, template: bool = True, target: Path | None = None
-) -> tuple[str, int]:
-    """`specllama run` with the target alone, greedy: (text, tokens generated)."""
-    extra = ["--json"] + ([] if template else ["--no-chat-template"])
-    data = json.loads(run_target_alone(prompt, max_tokens, *extra, target=target)[-1])
-    return data["text"], data["n_generated"]
-
-
-def run_target_alone(prompt: str, max_tokens: int, *extra: str, target: Path | None = None):
-    """The lines `specllama run --drafter none` writes on stdout (SmolLM2 F32 by default)."""
-    from model_factory import smollm2_f32
-
-    args = ["run", prompt, "--target", str(target or smollm2_f32()), "-n", str(max_tokens)]
-    args += ["--drafter", "none", "--ctx", str(CTX), "--threads", "1", *extra]
-    result = CliRunner().invoke(app, args)
-    assert result.exit_code == 0, result.output
-    return result.stdout.splitlines()
-
-
-def chat(server: Server, prompt: str = PROMPT, max_tokens: int = 24, **kwargs):
-    messages = [{"role": "user", "content": prompt}]
-    return server.client().chat.completions.create(
-        model=server.model, messages=messages, max_tokens=max_tokens, **kwargs
-    )
 
 
 def assert_reference_answer(server: Server, prompt: str = PROMPT, max_tokens: int = 24) -> None:
@@ -355,7 +249,7 @@ def test_a_client_that_disconnects_stops_its_generation(server: Server, streamed
     else:
         connection = http.client.HTTPConnection(*server.address, timeout=60)
         body = {"model": server.model, "prompt": COUNTING, "max_tokens": 400}
-        connection.request("POST", "/v1/completions", json.dumps(body), AUTH)
+        connection.request("POST", "/v1/completions", json.dumps(body), JSON_POST)
         deadline = time.monotonic() + 30
         while not server.health()["generating"]:
             assert time.monotonic() < deadline
@@ -372,12 +266,93 @@ def _start_stream(server: Server, max_tokens: int) -> http.client.HTTPConnection
     """A streaming text completion, read until its first piece of text arrived."""
     connection = http.client.HTTPConnection(*server.address, timeout=60)
     body = {"model": server.model, "prompt": COUNTING, "max_tokens": max_tokens, "stream": True}
-    connection.request("POST", "/v1/completions", json.dumps(body), AUTH)
+    connection.request("POST", "/v1/completions", json.dumps(body), JSON_POST)
     response = connection.getresponse()
     assert response.status == 200
     while '"text":"' not in response.readline().decode():
         pass
     return connection
+
+
+# -- what the page needs: tokens by origin, a drafter per request, the server's status ---------
+
+
+def test_streamed_tokens_make_up_the_text_and_count_the_accepted_drafts(server: Server):
+    chunks = list(chat(server, max_tokens=40, stream=True))
+    text, n_generated = reference(PROMPT, 40)
+    extensions = [c.model_extra["specllama"] for c in chunks if "specllama" in c.model_extra]
+    *live, final = extensions
+    tokens = [token for ext in live for token in ext["tokens"]]
+    assert "".join(piece for piece, _ in tokens) == text
+    for c, ext in zip([c for c in chunks if "tokens" in c.model_extra.get("specllama", {})], live):
+        assert "".join(piece for piece, _ in ext["tokens"]) == c.choices[0].delta.content
+    origins = [who for _, who in tokens]
+    assert len(origins) == n_generated == final["n_generated"]
+    assert origins.count("model") == final["n_accepted"] > 0  # --fixed: the draft model drafts
+    assert set(origins) == {"model", "target"}
+    counts = [ext["n_generated"] for ext in live]
+    assert counts == sorted(counts) and counts[-1] == n_generated
+    assert all(ext["draft_length"] == 4 and ext["draft_source"] == "model" for ext in live[:-1])
+
+
+@pytest.mark.parametrize("drafter", ["none", "ngram", "model", "auto"])
+def test_a_request_chooses_its_drafter_and_the_answer_stays_the_same(server, drafter):
+    answer = chat(server, max_tokens=24, extra_body={"specllama": {"drafter": drafter}})
+    assert answer.choices[0].message.content == reference(PROMPT, 24)[0]
+    stats = answer.model_extra["specllama"]
+    assert stats["drafter"] == ("model" if drafter == "auto" else drafter)  # --drafter model
+    assert (stats["n_drafted"] == 0) is (drafter == "none")
+
+
+def test_a_drafter_the_server_has_not_loaded_is_refused(server: Server):
+    def post(extension):
+        return server.request(
+            "POST", "/v1/chat/completions", _chat_body(server, specllama=extension)
+        )
+
+    assert_error(post({"drafter": "mtp"}), 400, "invalid_value", "specllama.drafter")
+    assert_error(post({"drafter": 3}), 400, "invalid_type", "specllama.drafter")
+    assert_error(post({"colour": "red"}), 400, "unknown_parameter", "specllama.colour")
+
+
+def test_the_status_names_the_pair_and_what_can_draft(server: Server, smol_f32: Path, smol_q4):
+    status, _, facts = server.request("GET", "/specllama/status")
+    assert status == 200
+    assert facts["model"] == server.model and facts["target"]["file"] == smol_f32.name
+    assert facts["draft"] == {"file": smol_q4.name, "bytes": smol_q4.stat().st_size}
+    assert facts["drafters"] == ["auto", "model", "ngram", "none"]
+    assert facts["n_ctx"] == CTX and facts["adaptive"] is False and facts["draft_max"] == 4
+    assert facts["device"].startswith("CPU")
+    assert server.request("GET", "/specllama/status", headers={"Authorization": ""})[0] == 401
+
+
+def test_the_page_is_served_with_its_policy_and_nothing_else_is(server: Server):
+    connection = http.client.HTTPConnection(*server.address, timeout=30)
+    for path, kind in [("/", "text/html"), ("/page/app.js", "text/javascript")]:
+        connection.request("GET", path)  # no key: the page asks for it
+        response = connection.getresponse()
+        body = response.read()
+        assert response.status == 200 and response.getheader("content-type").startswith(kind)
+        assert "script-src 'self'" in response.getheader("content-security-policy")
+    assert b"import" in body
+    for path in ("/page/../app.py", "/page/guard.py", "/page/%2e%2e%2fapp.py"):
+        connection.request("GET", path)
+        response = connection.getresponse()
+        response.read()
+        assert response.status == 404, path
+    connection.close()
+
+
+def test_other_sites_are_refused_and_the_next_answer_is_right(server: Server):
+    hostile = server.request("GET", "/v1/models", headers={"Host": "attacker.example"})
+    assert_error(hostile, 403, "host_not_allowed")
+    other_page = {"Origin": "http://127.0.0.1:1"}
+    assert_error(server.request("GET", "/v1/models", headers=other_page), 403, "origin_not_allowed")
+    form = {"Content-Type": "application/x-www-form-urlencoded"}
+    posted = server.request("POST", "/v1/chat/completions", _chat_body(server), headers=form)
+    assert_error(posted, 415, "unsupported_media_type")
+    assert "refused POST /v1/chat/completions" in server.log.read_text()
+    assert_reference_answer(server)
 
 
 # -- errors -------------------------------------------------------------------------------------
@@ -439,6 +414,7 @@ def test_a_body_over_the_limit_is_refused_before_it_is_read(server: Server):
     connection = http.client.HTTPConnection(*server.address, timeout=30)
     connection.putrequest("POST", "/v1/chat/completions")
     connection.putheader("Authorization", f"Bearer {KEY}")
+    connection.putheader("Content-Type", "application/json")
     connection.putheader("Content-Length", str(64 * 1024 * 1024))
     connection.endheaders(b"{")  # the server answers without waiting for the other 64 MiB
     response = connection.getresponse()

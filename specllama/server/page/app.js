@@ -1,0 +1,557 @@
+// The chat page: conversations kept in this browser, answers streamed from the server, and
+// what speculation did for each answer, token by token. Every piece of model or user text goes
+// into the page as text (textContent, text nodes), never as HTML.
+
+import { ApiError, fetchStatus, readChunk, streamChat } from "./chat.js";
+import { renderMarkdown } from "./markdown.js";
+
+const $ = (id) => document.getElementById(id);
+const ORIGINS = { target: "target", model: "draft model", ngram: "n-gram", mtp: "MTP head" };
+const DRAFTERS = {
+  auto: "auto (the server's choice)",
+  model: "draft model",
+  mtp: "the model's own head (MTP)",
+  ngram: "n-gram lookup",
+  none: "none: the target alone",
+};
+const STORE = { chats: "specllama.chats", current: "specllama.current", settings: "specllama.settings" };
+const KEY = "specllama.key"; // sessionStorage: kept for this tab only
+const DEFAULTS = {
+  system: "", drafter: "auto", temperature: "", top_p: "", top_k: "", min_p: "",
+  max_tokens: "512", seed: "", markdown: true, colours: true,
+};
+const NUMBERS = ["temperature", "top_p", "top_k", "min_p", "max_tokens", "seed"];
+const INTEGERS = new Set(["top_k", "max_tokens", "seed"]);
+
+const state = {
+  status: null,
+  key: sessionStorage.getItem(KEY) || "",
+  chats: load(STORE.chats, []),
+  current: localStorage.getItem(STORE.current),
+  settings: { ...DEFAULTS, ...load(STORE.settings, {}) },
+  running: null, // { controller, message, part }
+  afterKey: null, // what to do again once a key is given
+};
+const views = new Map(); // message -> its <li>
+
+function load(name, fallback) {
+  try {
+    return JSON.parse(localStorage.getItem(name)) ?? fallback;
+  } catch {
+    return fallback;
+  }
+}
+
+function save() {
+  localStorage.setItem(STORE.chats, JSON.stringify(state.chats));
+  localStorage.setItem(STORE.current, state.current || "");
+  localStorage.setItem(STORE.settings, JSON.stringify(state.settings));
+}
+
+function el(tag, className, text) {
+  const node = document.createElement(tag);
+  if (className) node.className = className;
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+function button(label, onClick, className = "") {
+  const b = el("button", className, label);
+  b.type = "button";
+  b.addEventListener("click", onClick);
+  return b;
+}
+
+// -- notices and the API key ------------------------------------------------------------------
+
+function notify(text) {
+  const notice = $("notice");
+  notice.textContent = text || "";
+  notice.hidden = !text;
+}
+
+function askForKey(message, then) {
+  state.afterKey = then;
+  $("key-error").textContent = message;
+  $("key-form").hidden = false;
+  $("key-input").focus();
+}
+
+$("key-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  state.key = $("key-input").value.trim();
+  sessionStorage.setItem(KEY, state.key);
+  $("key-form").hidden = true;
+  const then = state.afterKey;
+  state.afterKey = null;
+  if (then) then();
+});
+
+// -- the server's status ------------------------------------------------------------------------
+
+async function loadStatus() {
+  try {
+    state.status = await fetchStatus(state.key);
+  } catch (error) {
+    if (error.status === 401) {
+      askForKey(state.key ? "The server refused this key." : "This server needs its API key.", loadStatus);
+    } else {
+      notify(`The server cannot be reached: ${error.message}`);
+    }
+    return;
+  }
+  notify("");
+  showStatus(state.status);
+}
+
+function showStatus(status) {
+  const draft = status.draft ? ` + ${status.draft.file}` : "";
+  $("pair").textContent = `${status.target.file}${draft}`;
+  const facts = $("server-facts");
+  facts.replaceChildren();
+  const rows = [
+    ["model", status.model],
+    ["target", `${status.target.file} (${gb(status.target.bytes)})`],
+    ["draft", status.draft ? `${status.draft.file} (${gb(status.draft.bytes)})` : "none"],
+    ["drafter", `${status.drafter}${status.adaptive ? ", adaptive" : `, fixed ${status.draft_max}`}`],
+    ["context", `${status.n_ctx} tokens`],
+    ["device", status.device],
+  ];
+  for (const [name, value] of rows) facts.append(el("dt", "", name), el("dd", "", value));
+  const select = $("set-drafter");
+  select.replaceChildren(...status.drafters.map((name) => {
+    const option = el("option", "", DRAFTERS[name] || name);
+    option.value = name;
+    return option;
+  }));
+  if (!status.drafters.includes(state.settings.drafter)) state.settings.drafter = "auto";
+  select.value = state.settings.drafter;
+}
+
+function gb(bytes) {
+  return bytes >= 1e9 ? `${(bytes / 1e9).toFixed(1)} GB` : `${Math.round(bytes / 1e6)} MB`;
+}
+
+// -- settings -------------------------------------------------------------------------------------
+
+function bindSettings() {
+  for (const name of ["system", "drafter", ...NUMBERS]) {
+    const input = $(`set-${name}`);
+    input.value = state.settings[name];
+    input.addEventListener("change", () => {
+      state.settings[name] = input.value;
+      save();
+    });
+  }
+  for (const name of ["markdown", "colours"]) {
+    const box = $(`set-${name}`);
+    box.checked = state.settings[name];
+    box.addEventListener("change", () => {
+      state.settings[name] = box.checked;
+      save();
+      renderMessages();
+    });
+  }
+}
+
+function requestBody(messages) {
+  const s = state.settings;
+  const body = { model: state.status?.model || "", messages };
+  for (const name of NUMBERS) {
+    if (String(s[name]).trim() === "") continue;
+    const value = INTEGERS.has(name) ? parseInt(s[name], 10) : parseFloat(s[name]);
+    if (Number.isFinite(value)) body[name] = value;
+  }
+  if (s.drafter && s.drafter !== "auto") body.specllama = { drafter: s.drafter };
+  return body;
+}
+
+// -- conversations --------------------------------------------------------------------------------
+
+function currentChat() {
+  return state.chats.find((chat) => chat.id === state.current) || null;
+}
+
+function newChat() {
+  if (state.running) return;
+  state.current = null;
+  save();
+  renderAll();
+  $("input").focus();
+}
+
+function apiMessages(chat, upTo) {
+  const messages = [];
+  if (state.settings.system.trim()) messages.push({ role: "system", content: state.settings.system });
+  for (const m of chat.messages.slice(0, upTo)) messages.push({ role: m.role, content: m.content });
+  return messages;
+}
+
+async function send(text) {
+  if (state.running || !text.trim()) return;
+  if (!state.status) {
+    await loadStatus();
+    if (!state.status) return;
+  }
+  let chat = currentChat();
+  if (!chat) {
+    chat = { id: `${Date.now()}`, title: "", messages: [] };
+    state.chats.unshift(chat);
+    state.current = chat.id;
+  }
+  if (!chat.messages.length) chat.title = text.trim().slice(0, 60); // named by its first message
+  chat.messages.push({ role: "user", content: text });
+  const answer = { role: "assistant", content: "", tokens: [] };
+  chat.messages.push(answer);
+  answer.request = requestBody(apiMessages(chat, chat.messages.length - 1));
+  $("input").value = "";
+  renderAll();
+  const ok = await run(answer, answer, answer.request);
+  if (ok === "key") {
+    chat.messages.splice(-2, 2);
+    $("input").value = text;
+    renderAll();
+    askForKey(state.key ? "The server refused this key." : "This server needs its API key.", () => send(text));
+  }
+}
+
+// Stream `body` into `part` (the answer itself, or its comparison run) of `message`.
+// Returns "done", "stopped", "key" (the key was refused) or "error".
+async function run(message, part, body) {
+  const controller = new AbortController();
+  state.running = { controller, message, part };
+  Object.assign(part, { content: "", tokens: [], figures: null, state: "streaming", error: "" });
+  setRunning(true);
+  let outcome = "done";
+  try {
+    await withRetries(controller.signal, () => streamChat(body, {
+      key: state.key,
+      signal: controller.signal,
+      onChunk: (chunk) => {
+        const c = readChunk(chunk);
+        part.content += c.text;
+        part.tokens.push(...c.tokens);
+        if (c.figures) part.figures = { ...part.figures, ...c.figures };
+        scheduleRender(message);
+      },
+    }));
+    part.state = "done";
+  } catch (error) {
+    if (error.name === "AbortError") {
+      outcome = part.state = "stopped";
+    } else if (error.status === 401) {
+      outcome = "key";
+    } else {
+      outcome = part.state = "error";
+      part.error = error.message;
+    }
+  } finally {
+    state.running = null;
+    setRunning(false);
+    notify("");
+    save();
+    renderMessages();
+  }
+  return outcome;
+}
+
+// A busy server (503 with Retry-After) is asked again until it answers or Stop is pressed.
+async function withRetries(signal, attempt) {
+  for (;;) {
+    try {
+      return await attempt();
+    } catch (error) {
+      if (!(error instanceof ApiError) || error.status !== 503 || error.code !== "server_busy") throw error;
+      const wait = Math.max(error.retryAfter ?? 1, 0.2);
+      notify(`The server is busy with other requests: asking again in ${wait} s…`);
+      await sleep(wait * 1000, signal);
+    }
+  }
+}
+
+function sleep(ms, signal) {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(resolve, ms);
+    signal.addEventListener("abort", () => {
+      clearTimeout(timer);
+      reject(new DOMException("stopped", "AbortError"));
+    }, { once: true });
+  });
+}
+
+function stop() {
+  if (state.running) state.running.controller.abort();
+}
+
+function setRunning(running) {
+  $("send").hidden = running;
+  $("stop").hidden = !running;
+  document.body.classList.toggle("running", running);
+}
+
+async function sameAgain(message) {
+  const before = message.content;
+  const body = { ...message.request, seed: message.figures.seed };
+  delete message.compare;
+  delete message.again;
+  if ((await run(message, message, body)) === "done") message.again = { same: message.content === before };
+  save();
+  renderMessages();
+}
+
+async function compare(message) {
+  message.compare = { content: "", tokens: [] };
+  const body = { ...message.request, seed: message.figures.seed, specllama: { drafter: "none" } };
+  await run(message, message.compare, body);
+}
+
+function editLast(chat) {
+  if (state.running) return;
+  const index = chat.messages.map((m) => m.role).lastIndexOf("user");
+  $("input").value = chat.messages[index].content;
+  chat.messages.splice(index);
+  save();
+  renderAll();
+  $("input").focus();
+}
+
+// -- drawing ----------------------------------------------------------------------------------------
+
+let pending = null;
+function scheduleRender(message) {
+  if (pending) return;
+  pending = requestAnimationFrame(() => {
+    pending = null;
+    const li = views.get(message);
+    if (li) drawMessage(li, message);
+  });
+}
+
+function renderAll() {
+  renderChatList();
+  renderMessages();
+}
+
+function renderChatList() {
+  const list = $("chat-list");
+  list.replaceChildren(...state.chats.map((chat) => {
+    const li = el("li", chat.id === state.current ? "current" : "");
+    li.append(button(chat.title || "(untitled)", () => {
+      if (state.running) return;
+      state.current = chat.id;
+      save();
+      renderAll();
+    }, "open"), button("×", () => {
+      if (state.running) return;
+      state.chats = state.chats.filter((c) => c !== chat);
+      if (state.current === chat.id) state.current = null;
+      save();
+      renderAll();
+    }, "delete"));
+    return li;
+  }));
+}
+
+function renderMessages() {
+  const chat = currentChat();
+  const list = $("messages");
+  views.clear();
+  list.replaceChildren();
+  if (!chat) {
+    list.append(el("li", "empty", "Ask something. Tokens the target accepted from a draft are coloured by who drafted them."));
+    return;
+  }
+  const lastUser = chat.messages.map((m) => m.role).lastIndexOf("user");
+  chat.messages.forEach((message, index) => {
+    const li = el("li", `msg ${message.role}`);
+    views.set(message, li);
+    if (message.role === "user") {
+      li.append(el("div", "body plain", message.content));
+      if (index === lastUser && !state.running) li.append(actions([button("Edit", () => editLast(chat))]));
+    } else {
+      drawMessage(li, message);
+    }
+    list.append(li);
+  });
+  list.lastElementChild?.scrollIntoView({ block: "end" });
+}
+
+function drawMessage(li, message) {
+  li.replaceChildren();
+  li.dataset.state = message.state || "done";
+  li.append(answerBody(message), figuresLine(message), originCounts(message));
+  if (message.error) li.append(el("p", "error", message.error));
+  if (message.again) {
+    li.append(el("p", "verdict", message.again.same
+      ? "Same text as before: the seed fixes the answer, whatever was drafted."
+      : "The text differs from before."));
+  }
+  const final = message.figures && message.figures.finish_reason;
+  if (final && !state.running) {
+    li.append(actions([
+      button("Same answer again", () => sameAgain(message), "again"),
+      button("Compare with the target alone", () => compare(message), "compare"),
+    ]));
+  }
+  if (message.compare) li.append(comparison(message));
+}
+
+function actions(buttons) {
+  const div = el("div", "actions");
+  div.append(...buttons);
+  return div;
+}
+
+function answerBody(part) {
+  const body = el("div", `body${state.settings.colours ? " coloured" : ""}`);
+  const text = part.content;
+  const tokens = part.tokens || [];
+  const starts = [];
+  let at = 0;
+  for (const [t] of tokens) {
+    starts.push(at);
+    at += t.length;
+  }
+  const appendRange = (parent, a, b) => {
+    let i = firstAtOrAfter(starts, a, tokens);
+    for (; i < tokens.length && starts[i] < b; i += 1) {
+      const s = starts[i];
+      const piece = text.slice(Math.max(a, s), Math.min(b, s + tokens[i][0].length));
+      if (!piece) continue;
+      const origin = ORIGINS[tokens[i][1]] ? tokens[i][1] : "target";
+      const span = el("span", `tok o-${origin}`, piece);
+      span.dataset.i = i;
+      parent.append(span);
+    }
+    if (at < b) parent.append(text.slice(Math.max(a, at), b)); // text without tokens
+  };
+  if (state.settings.markdown) {
+    renderMarkdown(body, text, appendRange, (head, a, b) => head.append(copyButton(() => text.slice(a, b))));
+  } else {
+    const plain = el("div", "plain");
+    appendRange(plain, 0, text.length);
+    body.append(plain);
+  }
+  return body;
+}
+
+// The first token that ends after offset a.
+function firstAtOrAfter(starts, a, tokens) {
+  let lo = 0;
+  let hi = starts.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (starts[mid] + tokens[mid][0].length <= a) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+function copyButton(textOf) {
+  return button("Copy", async (event) => {
+    const text = textOf();
+    try {
+      await navigator.clipboard.writeText(text);
+    } catch {
+      // not a secure context (a LAN address over http): copy through a selection
+      const area = el("textarea");
+      area.value = text;
+      document.body.append(area);
+      area.select();
+      document.execCommand("copy");
+      area.remove();
+    }
+    event.target.textContent = "Copied";
+  }, "copy");
+}
+
+function figuresLine(part) {
+  const f = part.figures;
+  const line = el("p", "figures");
+  if (!f) {
+    line.textContent = part.state === "streaming" ? "waiting for the first tokens…" : "";
+    return line;
+  }
+  const items = [`${f.tokens_per_s.toFixed(1)} tok/s`, `${f.n_generated} tokens`];
+  if (f.n_drafted) {
+    items.push(`accepted ${Math.round(100 * f.acceptance_rate)}% of ${f.n_drafted} drafted`);
+  } else {
+    items.push("nothing drafted");
+  }
+  if (f.n_rounds) items.push(`${(f.n_generated / f.n_rounds).toFixed(2)} tokens a round`);
+  if (f.finish_reason) {
+    items.push(`drafter ${f.drafter}`);
+    if (f.seed !== null && f.seed !== undefined) items.push(`seed ${f.seed}`);
+    if (part.state === "stopped") items.push("stopped");
+    else if (f.finish_reason !== "stop") items.push(`ended: ${f.finish_reason}`);
+  } else if (f.draft_length) {
+    items.push(`draft length ${f.draft_length} (${ORIGINS[f.draft_source] || f.draft_source})`);
+  } else if (f.n_rounds) {
+    items.push("no draft this round");
+  }
+  if (part.state === "stopped" && !f.finish_reason) items.push("stopped");
+  line.textContent = items.join(" · ");
+  return line;
+}
+
+function originCounts(part) {
+  const counts = {};
+  for (const [, origin] of part.tokens || []) counts[origin] = (counts[origin] || 0) + 1;
+  const line = el("p", "origins");
+  for (const origin of Object.keys(ORIGINS)) {
+    if (!counts[origin]) continue;
+    const item = el("span", `count o-${origin}`, `${ORIGINS[origin]} ${counts[origin]}`);
+    item.dataset.origin = origin;
+    item.dataset.count = counts[origin];
+    line.append(item);
+  }
+  return line;
+}
+
+function comparison(message) {
+  const part = message.compare;
+  const box = el("div", "comparison");
+  box.append(el("h3", "", "The target alone, same request and seed"));
+  box.append(answerBody(part), figuresLine(part));
+  if (part.state === "done" && part.figures?.tokens_per_s) {
+    const ours = message.figures.tokens_per_s;
+    const alone = part.figures.tokens_per_s;
+    const ratio = ours / alone;
+    const verdict = el("p", "verdict");
+    const same = part.content === message.content;
+    verdict.dataset.same = same;
+    verdict.dataset.ratio = ratio.toFixed(3);
+    verdict.textContent = `With speculation ${ours.toFixed(1)} tok/s, the target alone ${alone.toFixed(1)} tok/s: ` +
+      `${ratio.toFixed(2)}x. ` + (same
+        ? "The two texts are identical, as they must be: greedy or seeded output does not depend on the drafter."
+        : "The two texts differ.");
+    box.append(verdict);
+  } else if (part.error) {
+    box.append(el("p", "error", part.error));
+  }
+  return box;
+}
+
+// -- keys and buttons -----------------------------------------------------------------------------
+
+$("composer").addEventListener("submit", (event) => {
+  event.preventDefault();
+  send($("input").value);
+});
+$("input").addEventListener("keydown", (event) => {
+  if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+    event.preventDefault();
+    send($("input").value);
+  }
+});
+document.addEventListener("keydown", (event) => {
+  if (event.key === "Escape") stop();
+});
+$("stop").addEventListener("click", stop);
+$("new-chat").addEventListener("click", newChat);
+$("toggle-chats").addEventListener("click", () => document.body.classList.toggle("show-chats"));
+$("toggle-settings").addEventListener("click", () => document.body.classList.toggle("show-settings"));
+
+bindSettings();
+renderAll();
+loadStatus();

@@ -1,0 +1,136 @@
+"""A real `specllama serve` in a subprocess, and what tests ask of it: raw HTTP, the official
+`openai` client, and the answers of `specllama run` with the target alone to compare with."""
+
+from __future__ import annotations
+
+import functools
+import http.client
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import openai
+from typer.testing import CliRunner
+
+from specllama.cli.app import app
+
+KEY = "test-key-123"
+AUTH = {"Authorization": f"Bearer {KEY}"}
+JSON_POST = {**AUTH, "Content-Type": "application/json"}  # what every POST must carry
+CTX = 512
+PROMPT = "Name three fruits."
+COUNTING = "1, 2, 3, 4,"  # a text completion that goes on for as long as it is allowed
+
+
+@dataclass
+class Server:
+    url: str
+    model: str
+    log: Path
+    process: subprocess.Popen
+
+    @property
+    def address(self) -> tuple[str, int]:
+        host, port = self.url.removeprefix("http://").split(":")
+        return host, int(port)
+
+    def client(self, **kwargs) -> openai.OpenAI:
+        return openai.OpenAI(base_url=f"{self.url}/v1", api_key=KEY, max_retries=0, **kwargs)
+
+    def request(
+        self, method: str, path: str, body: object = None, headers: dict | None = None
+    ) -> tuple[int, dict[str, str], dict]:
+        """Raw HTTP: (status, headers, JSON body)."""
+        conn = http.client.HTTPConnection(*self.address, timeout=60)
+        data = body if isinstance(body, bytes | None) else json.dumps(body).encode()
+        sent = JSON_POST if data is not None else AUTH
+        conn.request(method, path, body=data, headers={**sent, **(headers or {})})
+        response = conn.getresponse()
+        payload = json.loads(response.read())
+        conn.close()
+        return response.status, dict(response.getheaders()), payload
+
+    def health(self) -> dict:
+        return self.request("GET", "/health")[2]
+
+    def wait_idle(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while self.health()["generating"] or self.health()["waiting"]:
+            assert time.monotonic() < deadline, "the server stays busy"
+            time.sleep(0.05)
+
+
+def serve(target: Path, extra: list[str], log: Path, ctx: int = CTX) -> Iterator[Server]:
+    """`specllama serve` on `target` in a subprocess until the test is done, then Ctrl-C."""
+    command = [sys.executable, "-m", "specllama", "serve", "--target", str(target), *extra]
+    command += ["--ctx", str(ctx), "--threads", "1", "--port", "0"]
+    env = {**os.environ, "SPECLLAMA_API_KEY": KEY, "NO_COLOR": "1"}
+    with open(log, "w") as stderr:
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr, env=env)
+    try:
+        url = _wait_for_url(log, process)
+        started = Server(url, target.name, log, process)
+        _wait_until_up(started)
+        yield started
+    finally:
+        process.send_signal(signal.SIGINT)
+        code = process.wait(timeout=60)
+    # Stopped with Ctrl-C: a clean exit, and no traceback ever reached the terminal.
+    text = log.read_text()
+    assert code == 0, text
+    assert "Traceback" not in text, text
+
+
+def _wait_for_url(log: Path, process: subprocess.Popen) -> str:
+    deadline = time.monotonic() + 120
+    while not (found := re.search(r"specllama serve (http://\S+)/v1", log.read_text())):
+        assert process.poll() is None, log.read_text()
+        assert time.monotonic() < deadline, log.read_text()
+        time.sleep(0.1)
+    return found.group(1)
+
+
+def _wait_until_up(server: Server) -> None:
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            server.health()
+            return
+        except OSError:  # refused until the models are loaded
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+
+
+@functools.cache
+def reference(
+    prompt: str, max_tokens: int, *, template: bool = True, target: Path | None = None
+) -> tuple[str, int]:
+    """`specllama run` with the target alone, greedy: (text, tokens generated)."""
+    extra = ["--json"] + ([] if template else ["--no-chat-template"])
+    data = json.loads(run_target_alone(prompt, max_tokens, *extra, target=target)[-1])
+    return data["text"], data["n_generated"]
+
+
+def run_target_alone(prompt: str, max_tokens: int, *extra: str, target: Path | None = None):
+    """The lines `specllama run --drafter none` writes on stdout (SmolLM2 F32 by default)."""
+    from model_factory import smollm2_f32
+
+    args = ["run", prompt, "--target", str(target or smollm2_f32()), "-n", str(max_tokens)]
+    args += ["--drafter", "none", "--ctx", str(CTX), "--threads", "1", *extra]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    return result.stdout.splitlines()
+
+
+def chat(server: Server, prompt: str = PROMPT, max_tokens: int = 24, **kwargs):
+    messages = [{"role": "user", "content": prompt}]
+    return server.client().chat.completions.create(
+        model=server.model, messages=messages, max_tokens=max_tokens, **kwargs
+    )
