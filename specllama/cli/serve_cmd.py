@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import threading
 import webbrowser
 from typing import Annotated
 
@@ -38,12 +39,12 @@ from specllama.session import Engine
 
 def check_origin(origin: str) -> str:
     """--cors takes what a browser sends as Origin: scheme://host[:port], or '*'."""
-    origin = origin.strip().rstrip("/")
-    if origin != "*" and not re.fullmatch(r"https?://[^/\s]+", origin):
+    stripped = origin.strip().rstrip("/")
+    if stripped != "*" and not re.fullmatch(r"https?://[^/\s]+", stripped):
         raise UsageError(
             f"--cors {origin!r} is not an origin", hint="give scheme://host[:port], or '*'"
         )
-    return origin
+    return stripped
 
 
 def serve(
@@ -140,8 +141,8 @@ def serve(
 
         def ready() -> None:
             ui.print_serving(f"{url}/v1", [f"chat page {url}/", *facts], console)
-            if open_page:
-                webbrowser.open(f"{url}/")
+            if open_page:  # beside the server: a browser command may wait until it is closed
+                threading.Thread(target=webbrowser.open, args=(f"{url}/",), daemon=True).start()
 
         server.run(
             engine,

@@ -18,6 +18,7 @@ TYPES = {
     "app.js": "text/javascript; charset=utf-8",
     "chat.js": "text/javascript; charset=utf-8",
     "markdown.js": "text/javascript; charset=utf-8",
+    "render.js": "text/javascript; charset=utf-8",
     "style.css": "text/css; charset=utf-8",
     "icon.svg": "image/svg+xml",
 }

@@ -13,6 +13,7 @@ import itertools
 import json
 import re
 import socket
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -443,6 +444,34 @@ def test_a_taken_port_is_one_error_line_and_exit_1(smol_f32: Path, host: str):
         assert len(lines) == 1, lines
     else:
         assert len(lines) == 2 and lines[0].startswith("warning: listening on 0.0.0.0 without")
+
+
+@pytest.mark.parametrize("origin", ["evil.example", "http://", "ftp://site", "http://a.b/path"])
+def test_cors_takes_origins_only(smol_f32: Path, origin: str):
+    command = ["serve", "--target", str(smol_f32), "--cors", "http://ok.example:3000"]
+    result = CliRunner().invoke(app, [*command, "--cors", origin])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip().splitlines() == [
+        f"error: --cors {origin!r} is not an origin (hint: give scheme://host[:port], or '*')"
+    ]
+
+
+def test_open_shows_the_page_in_the_browser_once_ready(smol_f32: Path, tmp_path: Path):
+    """webbrowser runs $BROWSER with the URL: here a script that writes it down and fetches it."""
+    opened = tmp_path / "opened.txt"
+    browser = tmp_path / "browser.py"
+    browser.write_text(
+        "import sys, urllib.request\n"
+        f"page = urllib.request.urlopen(sys.argv[1]).read()\n"
+        f"open({str(opened)!r}, 'w').write(sys.argv[1] + ' ' + str(b'<title>specllama' in page))\n"
+    )
+    env = {"BROWSER": f"{sys.executable} {browser} %s", "DISPLAY": ""}
+    for server in serve(smol_f32, ["--open"], tmp_path / "stderr.txt", env=env):
+        deadline = time.monotonic() + 30
+        while not opened.exists() or not opened.read_text():
+            assert time.monotonic() < deadline, server.log.read_text()
+            time.sleep(0.1)
+        assert opened.read_text() == f"{server.url}/ True"
 
 
 # -- a target that drafts with its own head (MTP): a synthetic qwen35 (tests/qwen35_models.py) --
