@@ -95,6 +95,16 @@ def serve(
             "'*' for any. None by default.",
         ),
     ] = None,
+    allow_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow-host",
+            metavar="NAME",
+            show_default=False,
+            help="Answer requests that reach it under NAME too (a proxy's or container's name "
+            "for this machine, e.g. host.docker.internal); repeat for more.",
+        ),
+    ] = None,
     open_page: Annotated[
         bool, typer.Option("--open", help="Open the chat page in the browser once ready.")
     ] = False,
@@ -124,7 +134,15 @@ def serve(
     # LM Studio model under its name there: its file name is a digest or a quantisation).
     model_id = served_name(target, config.target) if target else load_catalog().pair(pair).name
     origins = tuple(check_origin(origin) for origin in cors or ())
-    settings = server.Settings(model_id, api_key, queue, defaults, host=host, cors=origins)
+    settings = server.Settings(
+        model_id,
+        api_key,
+        queue,
+        defaults,
+        host=host,
+        cors=origins,
+        allowed_hosts=tuple(allow_host or ()),
+    )
     console = ui.stderr_console()
     if api_key is None and not is_loopback(host):
         ui.print_warning(

@@ -75,6 +75,7 @@ class Settings:
     max_body_bytes: int = MAX_BODY_BYTES
     host: str = "127.0.0.1"  # the address served: requests must name it (or an address)
     cors: tuple[str, ...] = ()  # origins whose pages may call the API ("*": any)
+    allowed_hosts: tuple[str, ...] = ()  # names besides host, localhost and this machine's
 
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -373,7 +374,8 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 def create_app(engine: Engine, queue: GenerationQueue, settings: Settings) -> Starlette:
     api = Api(engine, queue, settings)
-    guard = Middleware(Guard, hosts=host_names(settings.host), cors=settings.cors)
+    hosts = host_names(settings.host, settings.allowed_hosts)
+    guard = Middleware(Guard, hosts=hosts, cors=settings.cors)
     return Starlette(
         routes=api.routes(), middleware=[guard], exception_handlers={HTTPException: _http_error}
     )

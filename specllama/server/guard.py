@@ -45,10 +45,11 @@ PREFLIGHT_HEADERS = {
 }
 
 
-def host_names(bound_host: str) -> frozenset[str]:
-    """The names (not addresses) this server answers to: the one it was started with and, when
-    it listens beyond this machine, the machine's own names. localhost always."""
-    names = {bound_host.lower().strip("[]"), "localhost"}
+def host_names(bound_host: str, allowed: Iterable[str] = ()) -> frozenset[str]:
+    """The names (not addresses) this server answers to: the one it was started with, those
+    allowed by name (--allow-host) and, when it listens beyond this machine, the machine's own
+    names. localhost always."""
+    names = {bound_host.lower().strip("[]"), "localhost", *(name.lower() for name in allowed)}
     if not _is_loopback(bound_host):
         machine = socket.gethostname().lower()
         names |= {machine, f"{machine}.local", socket.getfqdn().lower()}
@@ -128,8 +129,8 @@ class Guard:
         if host is not None and not host_allowed(host, self.hosts):
             return ApiError(
                 403,
-                f"Host {host!r} is not an address of this server; start it with --host NAME "
-                "to serve it under that name.",
+                f"Host {host!r} is not a name of this server; start it with --allow-host "
+                f"{_hostname(host)} to serve it under that name.",
                 code="host_not_allowed",
             )
         if cross and not ({origin, ANY_ORIGIN} & self.cors):

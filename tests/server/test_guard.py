@@ -49,6 +49,12 @@ def test_host_names_and_addresses(host: str, allowed: bool):
     assert host_allowed(host, HOSTS) is allowed
 
 
+def test_names_allowed_by_the_user():
+    names = host_names("127.0.0.1", ["Host.Docker.Internal"])
+    assert host_allowed("host.docker.internal:8080", names)
+    assert not host_allowed("host.docker.internal:8080", HOSTS)
+
+
 def test_listening_beyond_this_machine_adds_its_own_name(monkeypatch):
     monkeypatch.setattr("socket.gethostname", lambda: "Workstation")
     monkeypatch.setattr("socket.getfqdn", lambda: "workstation.lan")

@@ -45,6 +45,7 @@ def server(smol_f32: Path, smol_q4: Path, tmp_path_factory) -> Iterator[Server]:
     """One server for the module: fixed draft length (the draft model drafts every round),
     one generation and one waiting request at most, the key from the environment."""
     extra = ["--draft", str(smol_q4), "--fixed", "--draft-max", "4", "--queue", "1"]
+    extra += ["--allow-host", "proxy.test"]
     yield from serve(smol_f32, extra, tmp_path_factory.mktemp("serve") / "stderr.txt")
 
 
@@ -347,6 +348,9 @@ def test_the_page_is_served_with_its_policy_and_nothing_else_is(server: Server):
 def test_other_sites_are_refused_and_the_next_answer_is_right(server: Server):
     hostile = server.request("GET", "/v1/models", headers={"Host": "attacker.example"})
     assert_error(hostile, 403, "host_not_allowed")
+    assert "--allow-host attacker.example" in hostile[2]["error"]["message"]
+    allowed = server.request("GET", "/v1/models", headers={"Host": "Proxy.test:8080"})
+    assert allowed[0] == 200
     other_page = {"Origin": "http://127.0.0.1:1"}
     assert_error(server.request("GET", "/v1/models", headers=other_page), 403, "origin_not_allowed")
     form = {"Content-Type": "application/x-www-form-urlencoded"}
@@ -508,3 +512,19 @@ def test_mtp_answers_equal_the_target_alone_and_a_disconnect_cancels(
     cancelled = re.findall(r"cancelled after (\d+) tokens", mtp_server.log.read_text())
     assert len(cancelled) == 1 and int(cancelled[0]) < long
     assert completion(40).choices[0].text == text  # both caches were left right
+
+
+def test_mtp_drafts_are_streamed_as_the_heads(mtp_server: Server, qwen35_mtp: Path):
+    stream = mtp_server.client().completions.create(
+        model=mtp_server.model, prompt=COUNTING, max_tokens=40, stream=True
+    )
+    extensions = [c.model_extra["specllama"] for c in stream if "specllama" in c.model_extra]
+    *live, final = extensions
+    tokens = [token for ext in live for token in ext["tokens"]]
+    assert (
+        "".join(text for text, _ in tokens)
+        == reference(COUNTING, 40, template=False, target=qwen35_mtp)[0]
+    )
+    origins = [who for _, who in tokens]
+    assert origins.count("mtp") == final["n_accepted"] > 0
+    assert set(origins) == {"mtp", "target"} and len(origins) == final["n_generated"]
