@@ -2,9 +2,9 @@
 """Cache a calibration measured beside busy loops, as a first run beside a build would, so that
 `specllama bench` then starts every adaptive run from it (issue 17's lying calibration).
 
-    python bench/busy_calibration.py --target T.gguf --draft D.gguf [--busy 2] [--threads 2]
+    python research/busy_calibration.py --target T.gguf --draft D.gguf [--busy 2] [--threads 2]
     specllama bench --target T.gguf --draft D.gguf ...      # starts from the busy calibration
-    python bench/busy_calibration.py --target T.gguf --draft D.gguf --forget   # remove it
+    python research/busy_calibration.py --target T.gguf --draft D.gguf --forget   # remove it
 
 specllama itself would not cache such a measurement (it fails the checks of
 specllama.policy.trust); this script stores it anyway, under the same key a run uses, with what

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """How often a draft token is accepted under sampling, rule by rule, on the bundled prompts:
-bench/RESULTS.md's section "A seed that means the answer".
+research/RESULTS.md's section "A seed that means the answer".
 
-    python bench/coupling.py                       # the default pair, T 0.7, top-k 40
-    python bench/coupling.py --temperature 1.0 --top-k 0 -n 32 --limit 12
+    python research/coupling.py                       # the default pair, T 0.7, top-k 40
+    python research/coupling.py --temperature 1.0 --top-k 0 -n 32 --limit 12
 
 The target alone answers each prompt (sampled, one seed); at every position of its answer both
 models' distributions p (target) and q (draft) are taken after the same transform, and three

@@ -2,7 +2,7 @@
 (full speed) and off (what specllama runs where the AMX kernels crash), timed interleaved in one
 process so both see the same load: one token, and verify batches of 4 and 16 tokens.
 
-    python bench/extra_buffers.py TARGET.gguf [--repeats 7]
+    python research/extra_buffers.py TARGET.gguf [--repeats 7]
 """
 
 from __future__ import annotations

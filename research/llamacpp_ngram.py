@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """specllama's default against llama.cpp's own n-gram drafters, on the same prompts.
 
-    python bench/llamacpp_ngram.py --llama-bin LLAMA_CPP/build/bin --target T.gguf --draft D.gguf \
-        [--prompts bundled bench/spec_bench_prompts.jsonl] [-n 128] [--repeats 1] [--out R.json]
+    python research/llamacpp_ngram.py --llama-bin LLAMA_CPP/build/bin --target T.gguf \
+        --draft D.gguf [--prompts bundled research/spec_bench_prompts.jsonl] [-n 128] \
+        [--repeats 1] [--out R.json]
 
 For every prompt and repeat, in an order rotated by one each time, one process runs:
 
@@ -16,6 +17,8 @@ For every prompt and repeat, in an order rotated by one each time, one process r
 A ratio is a configuration's tokens/s over specllama's target alone in the same round, both
 counted from the end of the prompt's prefill. llama.cpp's tool also reports its own decode speed,
 which differs from specllama's target alone by a few per cent (`llama-bench tg` measures that).
+`specllama bench --vs-llamacpp` now does this run for every user, with the draft model too; the
+reading of llama.cpp's log and the rendering of the prompt live in `specllama.bench.llamacpp`.
 llama.cpp's tools are built from the sources llama-cpp-python vendors (DESIGN.md):
 
     tar xzf llama_cpp_python-0.3.36.tar.gz && cd llama_cpp_python-0.3.36/vendor/llama.cpp
@@ -27,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import statistics
 import subprocess
 import sys
@@ -36,9 +38,10 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from specllama.bench.configs import BenchConfig
+from specllama.bench.llamacpp import prompt_text, read_log
 from specllama.bench.prompts import BenchPrompt, load_prompts
-from specllama.bench.runner import BenchConfig, _Runner, machine_facts
-from specllama.chat import render_chat
+from specllama.bench.runner import _Runner, machine_facts
 from specllama.engine.sampling import SamplingParams
 from specllama.llama.backend import default_threads
 from specllama.session import Engine, EngineConfig
@@ -49,58 +52,23 @@ OURS = {
     "adaptive-ngram": BenchConfig("adaptive-ngram", "ngram", 16, True),
 }
 THEIRS = ("ngram-simple", "ngram-mod")
-_DECODED = re.compile(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds, speed:\s+([\d.]+) t/s")
-_COUNT = re.compile(r"(n_drafted|n_accept)\s*=\s*(\d+)")
-
-
-def prompt_text(engine: Engine, prompt: BenchPrompt) -> str:
-    """The prompt as the target's chat template renders it (as specllama tokenizes it)."""
-    target = engine.target
-    vocab = target.vocab
-    bos = target.special_token_text(vocab.bos) if vocab.add_bos else ""
-    text = render_chat(
-        target.chat_template,
-        list(prompt.messages),
-        bos_token=bos,
-        eos_token=target.special_token_text(vocab.eos),
-    )
-    return text.removeprefix(bos)  # llama.cpp adds the BOS itself where the vocabulary says so
 
 
 def run_llama_cpp(binary: Path, target: Path, kind: str, text: str, n: int, threads: int):
     with tempfile.NamedTemporaryFile("w", suffix=".txt", encoding="utf-8") as f:
-        f.write(text)
+        f.write(text + "\n")  # -f drops one newline at the end of the file
         f.flush()
         command = [
             str(binary / "llama-speculative-simple"),
             *("-m", str(target), "--spec-type", kind, "-f", f.name, "-n", str(n)),
             *("--temp", "0", "-t", str(threads), "-c", "4096", "-b", "4096", "-ub", "512"),
+            "--no-escape",  # the prompt as written, not with its backslashes read as escapes
         ]
         done = subprocess.run(command, capture_output=True, text=True, timeout=1800)
     log = done.stdout + done.stderr
-    if done.returncode != 0 or _DECODED.search(log) is None:
+    if done.returncode != 0 or "decoded" not in log:
         raise RuntimeError(f"{kind}: exit {done.returncode}: {log[-2000:]}")
     return read_log(log, n)
-
-
-def read_log(log: str, n: int) -> dict:
-    """What `llama-speculative-simple -n N` reports, counted as specllama counts. It adds the
-    end-of-generation token it samples to its decoded tokens (`n_predict += ids.size()` before
-    it looks for one); specllama's count leaves it out, over the same time (both include the
-    decode that sampled it). An answer that stopped short of N tokens ended with one: on an
-    11-token answer that alone made llama.cpp's speed read 9% higher."""
-    decoded = _DECODED.search(log)
-    assert decoded is not None
-    reported, time_s = int(decoded.group(1)), float(decoded.group(2))
-    tokens = reported - 1 if reported <= n else reported
-    counts = dict(_COUNT.findall(log))
-    return {
-        "n_generated": tokens,
-        "time_s": time_s,
-        "tokens_per_s": tokens / time_s if time_s > 0 else 0.0,
-        "n_drafted": int(counts.get("n_drafted", 0)),
-        "n_accepted": int(counts.get("n_accept", 0)),
-    }
 
 
 def main() -> None:
@@ -129,7 +97,7 @@ def main() -> None:
         names = [*OURS, *THEIRS]
         for i, prompt in enumerate(prompts):
             tokens = engine.prompt_tokens(list(prompt.messages))
-            text = prompt_text(engine, prompt)
+            text = prompt_text(engine.target, prompt)
             for repeat in range(args.repeats):
                 shift = (i + repeat) % len(names)
                 for name in names[shift:] + names[:shift]:

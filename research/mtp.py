@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Issue 26: drafting with the target's own MTP head, specllama against llama.cpp's draft-mtp.
 
-    python bench/mtp.py --llama-bin /tmp/llama-build/bin            # 2B-shaped F16 targets
-    python bench/mtp.py --llama-bin /tmp/llama-build/bin --shape tiny -n 32 --repeats 1
+    python research/mtp.py --llama-bin /tmp/llama-build/bin            # 2B-shaped F16 targets
+    python research/mtp.py --llama-bin /tmp/llama-build/bin --shape tiny -n 32 --repeats 1
 
 No real MTP model reaches this machine, so the targets are synthetic qwen35 GGUFs
 (tests/qwen35_models.py) with Qwen3.5-2B's trunk shape in F16 and the real 151,936-token
@@ -44,11 +44,11 @@ Also measured, per repeat: the MTP head's step against one target token (and a v
 tokens), through `specllama.policy.calibration.measure`; and per run, specllama's Python time
 per round (`GenerationStats.overhead_ms_per_round`: wall time less both models' decodes).
 
-Writes every run to bench/results/issue26-mtp-<shape>.json and prints a table last. Run it on
+Writes every run to research/results/issue26-mtp-<shape>.json and prints a table last. Run it on
 a quiet machine: both engines' OpenMP threads spin, and a busy core turns a 1 ms decode into
 100 ms, in either engine, at random. Pass --recalibrate when the cached calibration of these
 files may have been measured while the machine was busy. llama.cpp's tools are built from the
-sources llama-cpp-python 0.3.36 vendors (see bench/llamacpp_ngram.py).
+sources llama-cpp-python 0.3.36 vendors (see specllama/bench/llamacpp.py).
 """
 
 from __future__ import annotations
@@ -185,7 +185,7 @@ def run_llama_cpp(
         raise RuntimeError(f"{' '.join(spec)}: exit {done.returncode}: {tail}")
     reported, time_s = int(decoded.group(1)), float(decoded.group(2))
     # Its count includes the end-of-generation token it samples; an answer that stopped short
-    # of N tokens ended with one (bench/llamacpp_ngram.py `read_log`).
+    # of N tokens ended with one (specllama.bench.llamacpp `read_log`).
     ended = reported <= n
     tokens = reported - 1 if ended else reported
     counts = {k.decode(): int(v) for k, v in _COUNT.findall(log)}

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""What drawing the sampling noise costs: bench/RESULTS.md's section "A seed that means the
+"""What drawing the sampling noise costs: research/RESULTS.md's section "A seed that means the
 answer".
 
-    python bench/noise_cost.py                  # the default pair's target, its real logits
-    python bench/noise_cost.py --tokens 16 --repeat 5
+    python research/noise_cost.py                  # the default pair's target, its real logits
+    python research/noise_cost.py --tokens 16 --repeat 5
 
 The noise G(seed, position, token) is Philox4x32-10 in numpy (specllama/engine/noise.py). A
 draw at one position costs the transform (`probabilities`: top-k, temperature, top-p, min-p)

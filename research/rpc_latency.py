@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""The target on an RPC worker, with added network latency: bench/RESULTS.md's section "The
+"""The target on an RPC worker, with added network latency: research/RESULTS.md's section "The
 target on an RPC worker".
 
-    python bench/rpc_latency.py                     # all local, worker, worker + 1 ms, + 5 ms
-    python bench/rpc_latency.py --delays 0,2,10 -- --repeats 3   # after --: `specllama bench`
+    python research/rpc_latency.py                     # all local, worker, worker + 1 ms, + 5 ms
+    python research/rpc_latency.py --delays 0,2,10 -- --repeats 3   # after --: `specllama bench`
 
 One `specllama worker --cpu` on a localhost port holds the target. For each added round-trip
 delay, a TCP proxy in front of it holds every chunk the client sends for that long before
@@ -11,7 +11,7 @@ passing it on (answers pass at once), which is what `tc netem delay` on the clie
 link does; it runs in user space because this machine's kernel has no netem. The round trip
 through each proxy is measured and printed. Then `specllama bench --rpc PROXY` runs on the
 reference pair (the default pair), and once without --rpc (all local). Each bench run is in
-bench/results/rpc-*.json, the table in bench/results/rpc-latency.json.
+research/results/rpc-*.json, the table in research/results/rpc-latency.json.
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 PROMPTS = ("ce-rename", "ce-fstrings", "qa-tcp", "chat-story")  # copying, and free text
 REUSED: list[str] = []  # runs taken from an earlier invocation (--reuse)
-BENCH_ARGS = ["--configs", "target,model:3,adaptive", "-n", "48", "--repeats", "2"]
+# --full: every prompt of the file (the quick default runs one per category).
+BENCH_ARGS = ["--full", "--configs", "target,model:3,adaptive", "-n", "48", "--repeats", "2"]
 
 
 class DelayProxy:
@@ -214,7 +215,7 @@ def main() -> None:
     parser.add_argument(
         "--reuse",
         action="store_true",
-        help="take the runs whose JSON is in bench/results/ from there (none: only the table)",
+        help="take the runs whose JSON is in research/results/ from there (none: only the table)",
     )
     parser.add_argument("bench_args", nargs="*", help="after --: more `specllama bench` options")
     args = parser.parse_args()
@@ -247,7 +248,7 @@ def main() -> None:
         worker.terminate()
         worker.wait(30)
     table = markdown(rows)
-    command = " ".join(["python", "bench/rpc_latency.py", *sys.argv[1:]])
+    command = " ".join(["python", "research/rpc_latency.py", *sys.argv[1:]])
     (HERE / "results" / "rpc-latency.json").write_text(
         json.dumps(
             {

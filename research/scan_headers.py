@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""How fast `specllama models --local` reads the models on a machine: bench/RESULTS.md's
+"""How fast `specllama models --local` reads the models on a machine: research/RESULTS.md's
 section "Scanning local models".
 
-    python bench/scan_headers.py                  # 200 headers, 3 repeats
-    python bench/scan_headers.py --files 400 --repeats 5
+    python research/scan_headers.py                  # 200 headers, 3 repeats
+    python research/scan_headers.py --files 400 --repeats 5
 
 Builds a folder of header-only copies of real GGUF files (the first 8 MiB, which hold the whole
 header, then extended as a sparse file to the real size: the header's tensor offsets must lie
@@ -14,7 +14,7 @@ tokens). Then, in a HOME with no other store, times `local.scan` of that folder:
   since they were just written: dropping it would disturb the other users of this machine);
 - warm: the header cache filled by the run before (no header read).
 Also one header at a time, fast and with the vocabulary print's detail (the walk of every token).
-Writes bench/results/scan-headers.json.
+Writes research/results/scan-headers.json.
 """
 
 from __future__ import annotations

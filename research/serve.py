@@ -3,8 +3,8 @@
 `specllama run`, and optionally through any other OpenAI server (llama.cpp's `llama-server -md`
 on the same pair).
 
-    python bench/serve.py -n 96 --limit 8 -- --target T.gguf --draft D.gguf --threads 2
-    python bench/serve.py --also http://127.0.0.1:8081/v1=MODEL -- --pair qwen2.5-coder-1.5b
+    python research/serve.py -n 96 --limit 8 -- --target T.gguf --draft D.gguf --threads 2
+    python research/serve.py --also http://127.0.0.1:8081/v1=MODEL -- --pair qwen2.5-coder-1.5b
 
 Everything after `--` goes to both `specllama run` and `specllama serve` (model options).
 Greedy, single-turn prompts of the bundled bench set, --repeats rounds over them. Per prompt,

@@ -10,8 +10,8 @@ already read) but take verify rows, and one is worth a token (itself, and the ta
 after it) where the chain's first rejection falls on a leaf that the target agrees with
 (`Trace.model_second_agrees`). Greedy, one tree shape a run, best draft length per acceptance.
 
-    python bench/trees.py                      # synthetic pairs, second choice right 0/30/50%
-    python bench/trees.py --traces bench/results/traces-….json   # recorded (with runner-ups)
+    python research/trees.py                      # synthetic pairs, second choice right 0/30/50%
+    python research/trees.py --traces research/results/traces-….json   # recorded (with runner-ups)
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def compare(traces: list[Trace], machine: MachineCosts, unsure: float) -> tuple[
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--traces", type=Path, help="recorded traces (bench/policies.py record)")
+    parser.add_argument("--traces", type=Path, help="recorded traces (research/policies.py record)")
     parser.add_argument("--unsure", type=float, nargs="+", default=[1.0])
     parser.add_argument("-n", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=15)

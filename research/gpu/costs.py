@@ -1,7 +1,7 @@
 """What speculation costs on this machine: one target token, a verify batch of k, a draft step,
 and the Python overhead of the loop, on (synthetic) models at real shapes.
 
-    python bench/gpu/costs.py --target T.gguf --draft D.gguf [--gpu-layers -1] --json out.json
+    python research/gpu/costs.py --target T.gguf --draft D.gguf [--gpu-layers -1] --json out.json
 
 Prints a markdown table of the costs and of the speedup they predict for a given acceptance
 rate a: a round drafting k tokens emits E(a, k) = (1 - a^(k+1)) / (1 - a) tokens on average

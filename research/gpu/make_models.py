@@ -13,8 +13,8 @@ before it, so the greedy next token is a fixed permutation of the current one, w
 margin. One target, and one draft per A that predicts the target's token for a fraction A of
 the tokens (a cyclic shift among the others, so it is right nowhere else).
 
-    python bench/gpu/make_models.py --vocab qwen-vocab.gguf --out models/ [--small]
-    python bench/gpu/make_models.py --vocab qwen-vocab.gguf --out models/ --acceptance 0.95 0.8
+    python research/gpu/make_models.py --vocab qwen-vocab.gguf --out models/ [--small]
+    python research/gpu/make_models.py --vocab qwen-vocab.gguf --out models/ --acceptance 0.95 0.8
 """
 
 from __future__ import annotations

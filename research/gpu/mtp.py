@@ -8,11 +8,11 @@ so a drafted token is kept with probability about a. Only the head's output matr
 each a's head beside it as .npy; `measure` copies an a's head into the file in place before it
 measures that a (no process has the file open then).
 
-    python bench/gpu/mtp.py write --vocab qwen-vocab.gguf --out DIR [--shape 9b] \
+    python research/gpu/mtp.py write --vocab qwen-vocab.gguf --out DIR [--shape 9b] \
         [--acceptance 0.8 0.95 0.6]
-    python bench/gpu/mtp.py measure --models DIR --llama-bin BUILD/bin [--cpu] [-n 256] \
+    python research/gpu/mtp.py measure --models DIR --llama-bin BUILD/bin [--cpu] [-n 256] \
         [--repeats 2] [--json R.json] [--logs LOGS]
-    python bench/gpu/mtp.py table R.json
+    python research/gpu/mtp.py table R.json
 
 `measure`, for each a, greedy, on one prompt, with `repeats` rounds in an order rotated by one
 each round (after one warm-up run of each of specllama's configurations):
@@ -28,11 +28,11 @@ each round (after one warm-up run of each of specllama's configurations):
   `--lcpp-target-every-round` (it does not depend on a).
 
 tokens/s counts generated tokens from the end of the prompt's prefill; llama.cpp's are counted
-as bench/llamacpp_ngram.py counts them. specllama's head evaluates the prompt in its first
+as specllama.bench.llamacpp counts them. specllama's head evaluates the prompt in its first
 round (on the clock); llama.cpp's during its prompt phase (off it): a few ms on a GPU.
 
 `--cpu` runs everything on the CPU (no offload): with `--shape tiny` models it is the dry run
-that checks the whole path on a machine without a GPU (bench/gpu/mtp.sh --cpu).
+that checks the whole path on a machine without a GPU (research/gpu/mtp.sh --cpu).
 
 Import order: `measure` imports llama_cpp before numpy (on the GPU image the other order
 segfaults in model loading); `write` must not import llama_cpp (it runs during the build).
@@ -53,8 +53,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-# specllama (where it is not installed), bench/llamacpp_ngram.py, tests/qwen35_models.py
-for _path in (REPO, REPO / "bench", REPO / "tests"):
+# specllama (where it is not installed), tests/qwen35_models.py
+for _path in (REPO, REPO / "tests"):
     if str(_path) not in sys.path:
         sys.path.append(str(_path))
 
@@ -218,7 +218,7 @@ _PERF = re.compile(r"(prompt eval|eval|unaccounted) time =\s+([\d.]+) ms")
 
 def run_llama_cpp(args: argparse.Namespace, model: Path, name: str, log: Path) -> dict:
     """One `llama-speculative-simple` run; its figures counted as specllama counts them."""
-    from llamacpp_ngram import read_log
+    from specllama.bench.llamacpp import read_log
 
     spec = ["--spec-type", "draft-mtp", "--spec-draft-n-max", str(K)]
     command = [

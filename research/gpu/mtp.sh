@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
 # One device call (issue 26): specllama's MTP drafting against llama.cpp's, greedy, on a
 # Qwen3.5-9B-shaped F16 synthetic qwen35 target whose MTP head is right on a fraction
-# a = 0.8, 0.95, 0.6 of the tokens (bench/gpu/mtp.py says what runs and how it is counted).
+# a = 0.8, 0.95, 0.6 of the tokens (research/gpu/mtp.py says what runs and how it is counted).
 #
-#   bash bench/gpu/mtp.sh        on the GPU machine: builds llama.cpp with CUDA (the libraries
+#   bash research/gpu/mtp.sh        on the GPU machine: builds llama.cpp with CUDA (the libraries
 #                                and llama-speculative-simple; a rerun on a warm machine reuses
 #                                the build and the model), writes the model into /dev/shm during
 #                                the build, measures, prints the table last
-#   bash bench/gpu/mtp.sh --cpu  the dry run, here: checks that the packed sources configure with
+#   bash research/gpu/mtp.sh --cpu  the dry run, here: checks that the packed sources configure with
 #                                the GPU run's options and compile the tool's source, writes a
 #                                tiny model, and measures it on the CPU through the installed
 #                                llama-cpp-python and a CPU build of llama.cpp ($LLAMA_BIN,
 #                                default /tmp/llama-build/bin); with the project's venv active
 #
-# Needs .gpu/ prepared by bench/gpu/prepare.sh (carry it). Writes steps.log, the build's and each
+# Needs .gpu/ prepared by research/gpu/prepare.sh (carry it). Writes steps.log, the build's and each
 # step's logs, mtp.json and mtp.md under $OUT. Environment: ACCEPTANCE ("0.8 0.95 0.6"; the dry
 # run "0.8 0.6"), TOKENS (256; 32), REPEATS (2; 1), BUDGET (480: no a is begun after this many
 # seconds of the call).
@@ -55,7 +55,7 @@ else
 fi
 BUDGET=${BUDGET:-480}
 if [ ! -f .gpu/llama.cpp.tgz ] || [ ! -f .gpu/qwen-vocab.gguf ]; then
-  fail "no .gpu/: run bench/gpu/prepare.sh"
+  fail "no .gpu/: run research/gpu/prepare.sh"
 fi
 log "mode $([ "$CPU" = 1 ] && echo cpu || echo gpu), models in $MODELS, a = $ACCEPTANCE"
 mkdir -p "$WORK"
@@ -88,7 +88,7 @@ if models_ready; then
   log "model already written: $(tr -d '\n' < "$MODELS/state.json" | cut -c1-160)"
 else
   log "writing the $SHAPE model and its heads, in the background"
-  PYTHONPATH="$SITE:${PYTHONPATH:-}" python3 bench/gpu/mtp.py write --vocab .gpu/qwen-vocab.gguf \
+  PYTHONPATH="$SITE:${PYTHONPATH:-}" python3 research/gpu/mtp.py write --vocab .gpu/qwen-vocab.gguf \
     --out "$MODELS" --shape "$SHAPE" --acceptance $ACCEPTANCE > "$OUT/models.log" 2>&1 &
   WRITING=$!
 fi
@@ -146,14 +146,14 @@ script() { python3 -X faulthandler -c "import llama_cpp, runpy, sys; sys.argv = 
 LEFT=$(( BUDGET - $(elapsed) ))
 log "measure: $TOKENS tokens, $REPEATS rounds, no a begun after ${BUDGET}s (${LEFT}s from now)"
 RC=0
-script bench/gpu/mtp.py measure --models "$MODELS" --llama-bin "$LLAMA_BIN" "${OFFLOAD[@]}" \
+script research/gpu/mtp.py measure --models "$MODELS" --llama-bin "$LLAMA_BIN" "${OFFLOAD[@]}" \
   --acceptance $ACCEPTANCE -n "$TOKENS" --repeats "$REPEATS" --stop-after "$LEFT" \
   --json "$OUT/mtp.json" --logs "$OUT/logs" > "$OUT/measure.log" 2>&1 || RC=$?
 grep -v "^|\|^###\|^tok/s: \|^prompt tokens: \|^calibration (a\|^$" "$OUT/measure.log" \
   | tail -40 || true
 [ "$RC" = 0 ] || log "FAILED: measure exited $RC (the table holds what was measured)"
 if [ -f "$OUT/mtp.json" ]; then
-  python3 bench/gpu/mtp.py table "$OUT/mtp.json" > "$OUT/mtp.md"
+  python3 research/gpu/mtp.py table "$OUT/mtp.json" > "$OUT/mtp.md"
 fi
 log "done"
 if [ -f "$OUT/mtp.md" ]; then cat "$OUT/mtp.md"; fi

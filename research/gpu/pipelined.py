@@ -1,7 +1,7 @@
 """Chain against pipelined drafting on a controlled-acceptance pair (make_models.py --acceptance):
 speedups over the target alone in the same repeat, and what a round costs, per configuration.
 
-    python bench/gpu/pipelined.py --target T.gguf --draft 0.95=D95.gguf --draft 0.8=D80.gguf \
+    python research/gpu/pipelined.py --target T.gguf --draft 0.95=D95.gguf --draft 0.8=D80.gguf \
         [-n 256] [--repeats 2] [--temperature 0 0.7] [--json out.json]
 
 For each draft: the calibration the adaptive controller uses (its overlap lambda included), then

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepare .gpu/ (git-ignored) for bench/gpu/run.sh and mtp.sh on a machine with no network:
+# Prepare .gpu/ (git-ignored) for research/gpu/run.sh and mtp.sh on a machine with no network:
 # llama.cpp's sources as llama-cpp-python vendors them (without docs, models, tests and other
 # backends), the package's Python bindings, Qwen2.5's tokenizer as a vocabulary-only GGUF, and
 # the wheels the device lacks. Run from the repository root, with the project's venv active.
@@ -16,7 +16,7 @@ cp -r "$SRC"/ggml/{CMakeLists.txt,cmake,include} "$TMP/pack/llama.cpp/ggml/"
 cp "$SRC"/ggml/src/*.{c,cpp,h,in} "$SRC"/ggml/src/CMakeLists.txt "$TMP/pack/llama.cpp/ggml/src/"
 cp -r "$SRC"/ggml/src/{ggml-cpu,ggml-cuda} "$TMP/pack/llama.cpp/ggml/src/"
 cp -r "$SRC"/tools/{CMakeLists.txt,mtmd} "$TMP/pack/llama.cpp/tools/"
-# For bench/gpu/mtp.sh (LLAMA_BUILD_COMMON and LLAMA_BUILD_EXAMPLES on): llama-speculative-simple
+# For research/gpu/mtp.sh (LLAMA_BUILD_COMMON and LLAMA_BUILD_EXAMPLES on): llama-speculative-simple
 # alone, without the other examples and proofs of concept. run.sh builds with both off and
 # never reads these folders.
 mkdir -p "$TMP/pack/llama.cpp/examples" "$TMP/pack/llama.cpp/pocs"

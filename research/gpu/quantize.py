@@ -11,6 +11,9 @@ FTYPES = {"q4_k_m": llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_K_M, "f16": llama_cpp.LLAMA_
 
 
 def main() -> None:
+    if len(sys.argv) < 3 or sys.argv[1] in ("-h", "--help"):
+        print(__doc__)
+        raise SystemExit(0 if sys.argv[1:2] in (["-h"], ["--help"]) else 2)
     source, dest = sys.argv[1], sys.argv[2]
     kind = sys.argv[3] if len(sys.argv) > 3 else "q4_k_m"
     params = llama_cpp.llama_model_quantize_default_params()

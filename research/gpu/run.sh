@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # One device call: build llama.cpp with CUDA from the sources llama-cpp-python vendors, make
 # Qwen2.5-shaped synthetic models (7B target, 0.5B draft), and measure:
-#   bash bench/gpu/run.sh            speculation's costs (random weights): gpu_costs.json
-#   bash bench/gpu/run.sh pipeline   chain against pipelined drafting on a controlled-acceptance
+#   bash research/gpu/run.sh            speculation's costs (random weights): gpu_costs.json
+#   bash research/gpu/run.sh pipeline   chain against pipelined drafting on a controlled-acceptance
 #                                    pair (a = 0.95, 0.8, 0.6): pipelined.{json,md}
 #                                    (prepared 2026-12-01, not yet run on a GPU)
-# Needs .gpu/ prepared by bench/gpu/prepare.sh (sources, Python bindings, vocabulary, wheels).
+# Needs .gpu/ prepared by research/gpu/prepare.sh (sources, Python bindings, vocabulary, wheels).
 # Writes logs and results under $OUT.
 set -euo pipefail
 MODE=${1:-costs}
@@ -23,7 +23,7 @@ rm -rf "$WORK" && mkdir -p "$WORK" && tar xzf .gpu/llama.cpp.tgz -C "$WORK"
 MODELS=/dev/shm/specllama-models
 python3 -m pip install -q --no-index --no-deps --target "$WORK/site" .gpu/whl/*.whl
 if [ "$MODE" = pipeline ]; then  # numpy and gguf only: write the big models during the build
-  PYTHONPATH="$WORK/site" python3 bench/gpu/make_models.py --vocab .gpu/qwen-vocab.gguf \
+  PYTHONPATH="$WORK/site" python3 research/gpu/make_models.py --vocab .gpu/qwen-vocab.gguf \
     --out "$MODELS" --acceptance 0.95 0.8 0.6 > "$OUT/models.log" 2>&1 &
   MAKING=$!
 fi
@@ -50,24 +50,24 @@ export PYTHONUNBUFFERED=1
 # llama_cpp first avoids it, so every measurement runs through this wrapper.
 script() { python3 -X faulthandler -c "import llama_cpp, runpy, sys; sys.argv = sys.argv[1:]; \
   runpy.run_path(sys.argv[0], run_name='__main__')" "$@"; }
-costs() { script bench/gpu/costs.py "$@"; }
+costs() { script research/gpu/costs.py "$@"; }
 
 if [ "$MODE" = pipeline ]; then
   log "smoke test on tiny controlled models"
-  python3 bench/gpu/make_models.py --vocab .gpu/qwen-vocab.gguf --out "$MODELS/small" --small \
+  python3 research/gpu/make_models.py --vocab .gpu/qwen-vocab.gguf --out "$MODELS/small" --small \
     --acceptance 0.9
-  script bench/gpu/pipelined.py --target "$MODELS/small/target-small.f16.gguf" \
+  script research/gpu/pipelined.py --target "$MODELS/small/target-small.f16.gguf" \
     --draft "0.9=$MODELS/small/draft-small-a0.9.f16.gguf" -n 32 --repeats 1 --temperature 0
   log "controlled-acceptance models (written since the build started)"
   wait "$MAKING" || { tail -20 "$OUT/models.log"; exit 1; }
   tee -a "$OUT/steps.log" < "$OUT/models.log"
   log "chain against pipelined, a = 0.95 and 0.8, greedy and sampled"
-  script bench/gpu/pipelined.py --target "$MODELS/target-7b.f16.gguf" \
+  script research/gpu/pipelined.py --target "$MODELS/target-7b.f16.gguf" \
     --draft "0.95=$MODELS/draft-0.5b-a0.95.f16.gguf" --draft "0.8=$MODELS/draft-0.5b-a0.8.f16.gguf" \
     --repeats 2 --json "$OUT/pipelined.json" | tee "$OUT/pipelined.md"
   if [ "$(elapsed)" -lt 480 ]; then  # about 60 s; the call's limit is 600 s
     log "a = 0.6, greedy"
-    script bench/gpu/pipelined.py --target "$MODELS/target-7b.f16.gguf" \
+    script research/gpu/pipelined.py --target "$MODELS/target-7b.f16.gguf" \
       --draft "0.6=$MODELS/draft-0.5b-a0.6.f16.gguf" --temperature 0 \
       --repeats 2 --json "$OUT/pipelined-0.6.json" | tee -a "$OUT/pipelined.md"
   fi
@@ -75,15 +75,15 @@ if [ "$MODE" = pipeline ]; then
   exit 0
 fi
 log "smoke test on tiny models"
-python3 bench/gpu/make_models.py --vocab .gpu/qwen-vocab.gguf --out "$MODELS/small" --small
+python3 research/gpu/make_models.py --vocab .gpu/qwen-vocab.gguf --out "$MODELS/small" --small
 costs --target "$MODELS/small/target-small.f16.gguf" \
   --draft "$MODELS/small/draft-small.f16.gguf" --reps 3 2>&1 | tail -30
 log "models"
-python3 bench/gpu/make_models.py --vocab .gpu/qwen-vocab.gguf --out "$MODELS" | tee -a "$OUT/steps.log"
+python3 research/gpu/make_models.py --vocab .gpu/qwen-vocab.gguf --out "$MODELS" | tee -a "$OUT/steps.log"
 TARGETS=(--target "$MODELS/target-7b.f16.gguf")
 if [ -z "${SKIP_QUANT:-}" ] && [ "$(elapsed)" -lt 330 ]; then
   log "quantize target to Q4_K_M"
-  python3 bench/gpu/quantize.py "$MODELS/target-7b.f16.gguf" "$MODELS/target-7b.q4_k_m.gguf" \
+  python3 research/gpu/quantize.py "$MODELS/target-7b.f16.gguf" "$MODELS/target-7b.q4_k_m.gguf" \
     && TARGETS+=(--target "$MODELS/target-7b.q4_k_m.gguf")
 fi
 log "measure"

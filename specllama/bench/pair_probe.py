@@ -108,12 +108,7 @@ def expected(costs: Costs, mean_accepted: float, k: int) -> Measurement:
     """The measurement from the costs and the mean accepted per round of k drafts."""
     a = acceptance_from(mean_accepted, k)
     one = costs.verify(1)
-    best_k, best = 1, 0.0
-    for n in range(1, K_MAX + 1):
-        tokens = (1 - a ** (n + 1)) / (1 - a) if a < 1 else n + 1.0
-        speedup = tokens * one / (n * costs.draft_step_s + costs.verify(n + 1))
-        if speedup > best:
-            best_k, best = n, speedup
+    best_k, best = best_length(costs, a)
     return Measurement(
         speedup=round(best, 4),
         best_k=best_k,
@@ -121,6 +116,19 @@ def expected(costs: Costs, mean_accepted: float, k: int) -> Measurement:
         target_tok_s=round(1 / one, 2) if one > 0 else 0.0,
         draft_step_ratio=round(costs.draft_step_s / one, 4) if one > 0 else 0.0,
     )
+
+
+def best_length(costs: Costs, acceptance: float, k_max: int = K_MAX) -> tuple[int, float]:
+    """The draft length in 1..k_max that a draft model (or MTP head) accepted with probability
+    `acceptance` per token pays most at on these costs, and the speedup expected there."""
+    a, one = acceptance, costs.verify(1)
+    best_k, best = 1, 0.0
+    for n in range(1, k_max + 1):
+        tokens = (1 - a ** (n + 1)) / (1 - a) if a < 1 else n + 1.0
+        speedup = tokens * one / (n * costs.draft_step_s + costs.verify(n + 1))
+        if speedup > best:
+            best_k, best = n, speedup
+    return best_k, best
 
 
 def acceptance_from(mean_accepted: float, k: int) -> float:

@@ -1,22 +1,26 @@
-"""What `specllama bench` shows: the progress bar, the table in the terminal and the PNG plot,
-all from the report dict (`bench.to_json`); no measuring here."""
+"""What `specllama bench` shows in the terminal: the progress bar (with the time left), the
+table and the speedup bars, all from the report dict (`summary.to_json`); no measuring here."""
 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+from rich.console import Console, Group
+from rich.progress import BarColumn, MofNCompleteColumn, ProgressColumn, Task, TextColumn
 from rich.progress import Progress as RichProgress
 from rich.table import Table
 from rich.text import Text
 
-from specllama.bench.runner import TARGET, Progress
-from specllama.errors import UsageError
+from specllama.bench.configs import TARGET
+from specllama.bench.runner import Progress
+from specllama.bench.summary import bar_scale, rests_on, speedup_rows
+from specllama.bench.timing import Clock, ProgressUpdate, describe_left
+
+BAR_WIDTH = 40
 
 
 def histogram_text(histogram: dict[str, int]) -> str:
@@ -27,34 +31,64 @@ def histogram_text(histogram: dict[str, int]) -> str:
     return " ".join(f"{k}:{100 * v / total:.0f}" for k, v in histogram.items())
 
 
-# -- the terminal report (rich) --------------------------------------------------------------
+# -- progress ---------------------------------------------------------------------------------
+
+
+class TimeLeftColumn(ProgressColumn):
+    """'about 2 min 10 s left', from the estimate the bench passes along at each run's start
+    (`timing.TimeLeft`), counting down while the run goes on."""
+
+    def __init__(self, clock: Clock = time.monotonic) -> None:
+        super().__init__()
+        self.clock = clock
+
+    def render(self, task: Task) -> Text:
+        left, at = task.fields.get("left_s"), task.fields.get("left_at")
+        if left is not None and at is not None:
+            left = max(left - (self.clock() - at), 0.0)
+        return Text(describe_left(left), style="progress.remaining")
 
 
 @contextmanager
 def progress_bar(console: Console) -> Iterator[Progress]:
-    """A transient bar on stderr: `(what, done, total)`."""
+    """A transient bar on stderr: runs done, what runs now (category · configuration), and the
+    time left."""
+    column = TimeLeftColumn()
     with RichProgress(
         TextColumn("{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
-        TimeElapsedColumn(),
+        column,
         console=console,
         transient=True,
     ) as bar:
-        task = bar.add_task("bench", total=None)
+        task = bar.add_task("bench", total=None, left_s=None)
 
-        def update(what: str, done: int, total: int) -> None:
-            bar.update(task, description=f"bench {what}", completed=done, total=total)
+        def update(state: ProgressUpdate) -> None:
+            bar.update(
+                task,
+                description=f"bench {state.now}",
+                completed=state.done,
+                total=state.total,
+                left_s=state.left_s,
+                left_at=column.clock(),
+            )
 
         yield update
 
 
+# -- the table --------------------------------------------------------------------------------
+
+
 def print_report(report: dict[str, Any]) -> None:
-    """The table on stdout: as wide as the terminal, or 160 columns when not a terminal."""
+    """The table and the bars on stdout: as wide as the terminal, or 160 columns when not a
+    terminal."""
     console = Console(no_color=bool(os.environ.get("NO_COLOR")), highlight=False)
     if not console.is_terminal:
         console = Console(width=160, no_color=True, highlight=False)
     console.print(report_table(report))
+    console.print()
+    console.print(speedup_bars(report))
 
 
 def _fmt_spread(s: dict[str, float] | None, unit: str = "") -> str:
@@ -63,12 +97,17 @@ def _fmt_spread(s: dict[str, float] | None, unit: str = "") -> str:
     return f"{s['median']:.2f}{unit} ({s['min']:.2f}–{s['max']:.2f})"
 
 
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
 def report_table(report: dict[str, Any]) -> Table:
     """One row per configuration and category: speed, speedup, acceptance, overhead."""
     table = Table(title="specllama bench", title_style="bold")
     for name, justify in (
         ("config", "left"),
         ("category", "left"),
+        ("prompts/runs", "right"),
         ("tok/s", "right"),
         ("speedup (prompt range)", "right"),
         ("accept", "right"),
@@ -83,8 +122,6 @@ def report_table(report: dict[str, Any]) -> Table:
         if previous is not None and row["config"] != previous:
             table.add_section()
         previous = row["config"]
-        rate = row["acceptance_rate"]
-        mean = row["mean_accepted_per_round"]
         speedup = row["speedup"]
         style = ""
         if speedup and row["config"] != TARGET:
@@ -92,96 +129,81 @@ def report_table(report: dict[str, Any]) -> Table:
         table.add_row(
             row["config"],
             row["category"],
+            f"{row['n_prompts']}/{row['n_runs']}",
             f"{row['tokens_per_s']['median']:.1f}",
             Text(_fmt_spread(speedup, "x"), style=style),
-            "-" if rate is None else f"{rate:.0%}",
-            "-" if mean is None else f"{mean:.2f}",
+            _fmt(row["acceptance_rate"], ".0%"),
+            _fmt(row["mean_accepted_per_round"], ".2f"),
             histogram_text(row["accepted_histogram"]),
-            f"{row['overhead_ms_per_round']:.2f}",
-            f"{row['equals_target']:.0%}",
+            _fmt(row["overhead_ms_per_round"], ".2f"),
+            _fmt(row["equals_target"], ".0%"),
             style="bold" if row["category"] == "all" else "",
         )
-    settings = report["settings"]
-    models = report["models"]
-    draft = (models.get("draft") or {}).get("name", "none")
-    table.caption = (
-        f"target {models['target']['name']} · draft {draft} · "
-        f"{settings['max_tokens']} tokens · {settings['repeats']} rounds · "
-        f"temperature {settings['temperature']} · {settings['n_threads']} threads"
-        + ("" if settings.get("extra_buffers", True) else " · extra buffers off")
-    )
-    if report.get("noise"):
-        noise = report["noise"]
-        table.caption += (
-            f"\nnoise: the target alone's rounds of one prompt differ by {noise['median']:.0%}"
-            f" (median; up to {noise['max']:.0%}): a prompt's speedup nearer 1.0 than that is noise"
-        )
-    if report.get("calibration"):
-        measured = report["calibration"]
-        table.caption += f"\ncalibration: {measured['summary']}"
-        if measured.get("status"):
-            table.caption += f"\n  ({measured['status']['describe']})"
+    table.caption = caption(report)
     return table
 
 
-# -- the plot (optional: matplotlib, `pip install 'specllama[plot]'`) ------------------------
+def caption(report: dict[str, Any]) -> str:
+    """Under the table: the pair and settings, what the figures rest on, the calibration, the
+    other tools, and what was left out."""
+    settings = report["settings"]
+    models = report["models"]
+    draft = (models.get("draft") or {}).get("name", "none")
+    lines = [
+        f"target {models['target']['name']} · draft {draft} · "
+        f"temperature {settings['temperature']} · {settings['n_threads']} threads"
+        + ("" if settings.get("extra_buffers", True) else " · extra buffers off"),
+        f"rests on: {rests_on(report)}",
+    ]
+    if report.get("calibration"):
+        measured = report["calibration"]
+        lines.append(f"calibration: {measured['summary']}")
+        if measured.get("status"):
+            lines.append(f"  ({measured['status']['describe']})")
+    for name, tool in (report.get("tools") or {}).items():
+        lines.append(f"{name}: {tool['binary']} (version {tool['version']})")
+    lines += list(report.get("notices") or [])
+    return "\n".join(lines)
 
 
-def check_plot_support() -> None:
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        raise UsageError(
-            "--plot needs matplotlib, which is not installed",
-            hint="pip install 'specllama[plot]'",
-        ) from None
+# -- the bars ---------------------------------------------------------------------------------
 
 
-def write_plot(report: dict[str, Any], path: Path) -> None:
-    """Two panels: speedup per configuration and category; speedup against draft length."""
-    check_plot_support()
-    import matplotlib
+def bar_text(speedup: float, scale: float, width: int = BAR_WIDTH) -> Text:
+    """A bar of `speedup` on [0, scale], in eighths of a cell, with a mark at 1.0 where the bar
+    does not reach it: green at or past 1.0, red below."""
+    eighths = round(max(speedup, 0.0) / scale * width * 8)
+    full, part = divmod(min(eighths, width * 8), 8)
+    bar = "█" * full + (" ▏▎▍▌▋▊▉"[part] if part else "")
+    text = Text(bar, style="green" if speedup >= 1.0 else "red")
+    one = round(width / scale)
+    if len(bar) <= one:
+        text.append(" " * (one - len(bar)) + "│", style="dim")
+    return text
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    rows = [r for r in report["summary"] if r["speedup"] and r["config"] != TARGET]
-    configs = list(dict.fromkeys(r["config"] for r in rows))
+def speedup_bars(report: dict[str, Any]) -> Group:
+    """The speedup over the target alone per category and configuration (median over the
+    category's prompts, the range beside it), as bars with a mark at 1.0."""
+    rows = speedup_rows(report)
+    scale = bar_scale(rows)
+    grid = Table.grid(padding=(0, 1))
+    for _ in range(4):
+        grid.add_column()
     categories = list(dict.fromkeys(r["category"] for r in rows))
-    fig, (bars, lines) = plt.subplots(1, 2, figsize=(13, 4.8), width_ratios=(2, 1))
-    width = 0.8 / max(len(configs), 1)
-    for i, config in enumerate(configs):
-        values, errors_low, errors_high = [], [], []
-        for category in categories:
-            found = [r for r in rows if r["config"] == config and r["category"] == category]
-            s = found[0]["speedup"] if found else {"median": 0, "min": 0, "max": 0}
-            values.append(s["median"])
-            errors_low.append(s["median"] - s["min"])
-            errors_high.append(s["max"] - s["median"])
-        xs = [j + (i - (len(configs) - 1) / 2) * width for j in range(len(categories))]
-        bars.bar(xs, values, width, label=config, yerr=[errors_low, errors_high], capsize=2)
-    bars.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
-    bars.set_xticks(range(len(categories)), categories, rotation=20, ha="right")
-    bars.set_ylabel("speedup vs target alone (median, prompt range)")
-    bars.legend(fontsize=8, ncols=2)
-    bars.set_title("Speedup per configuration and category")
-
-    for family, marker in (("model", "o"), ("ngram", "s")):
-        for category in categories:
-            points = sorted(
-                (int(r["config"].split(":")[1]), r["speedup"]["median"])
-                for r in rows
-                if r["config"].startswith(family + ":") and r["category"] == category
+    for category in categories:
+        for i, row in enumerate(r for r in rows if r["category"] == category):
+            s = row["speedup"]
+            grid.add_row(
+                Text(category if i == 0 else "", style="bold"),
+                row["config"],
+                bar_text(s["median"], scale),
+                f"{s['median']:.2f}x"
+                + (f" ({s['min']:.2f}–{s['max']:.2f})" if s["min"] != s["max"] else ""),
             )
-            if points:
-                lines.plot(*zip(*points), marker=marker, label=f"{family} · {category}")
-    lines.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
-    lines.set_xlabel("draft length k (fixed)")
-    lines.set_ylabel("speedup (median over prompts)")
-    lines.set_title("Speedup against draft length")
-    lines.legend(fontsize=7)
-    model = (report.get("models") or {}).get("target") or {}
-    fig.suptitle(f"specllama bench · {model.get('name', '')}", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    title = Text(
+        f"speedup over the target alone (│ = 1.0x, bar end = {scale:.1f}x); "
+        f"rests on: {rests_on(report)}",
+        style="bold",
+    )
+    return Group(title, grid)

@@ -2,37 +2,35 @@
 
 How a benchmark runs (see `run_bench`):
 
-1. A warm-up: the first prompt once with every configuration, not recorded.
+1. A warm-up: the first prompt once with every configuration of specllama's, a few tokens,
+   not recorded.
 2. For each prompt, `repeats` rounds; each round runs every configuration once, in an order
    rotated by one each round (A B C, B C A, ...), so a burst of load from other programs hits
    neighbours in time, and each configuration is paired with the target-alone run of the same
-   round.
-3. Speedup is computed pair by pair: tokens/s of a configuration divided by tokens/s of the
-   target alone in the same round on the same prompt; a prompt's speedup is the median over its
-   rounds; a category's is the median over its prompts, with the lowest and highest prompt.
+   round. Configurations of another tool (llama.cpp's own speculative decoding, see
+   `specllama.bench.llamacpp`) run in the same rounds, in their own processes.
+3. With `noise_check` (one round), the target alone runs each prompt once more after its round:
+   two runs of the same decodes, so what parts them is the machine (`summary.target_noise`).
+4. Speedup is computed pair by pair: tokens/s of a configuration divided by tokens/s of the
+   target alone in the same round on the same prompt (`specllama.bench.summary`).
 
 tokens/s counts generated tokens over the time from the end of the target's prompt prefill
 (identical for all configurations) to the last token. That time includes the draft model's own
 prompt prefill: the draft context is emptied before every run, as for a new prompt.
-
-The JSON output (`--json FILE`) follows the JSON Schema in specllama/data/bench_schema.json
-(`BENCH_SCHEMA`); its fields are described there.
 """
 
 from __future__ import annotations
 
-import json
 import platform
-import statistics
 import time
-from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
+from specllama.bench.configs import TARGET, BenchConfig
 from specllama.bench.prompts import BenchPrompt
+from specllama.bench.timing import Clock, ProgressUpdate, Step, TimeLeft, run_prior_s
 from specllama.engine.control import DraftController, FixedLength
 from specllama.engine.drafters import (
     CombinedDrafter,
@@ -45,113 +43,48 @@ from specllama.engine.events import FinishEvent, TokenEvent
 from specllama.engine.mtp import MtpDrafter
 from specllama.engine.sampling import SamplingParams
 from specllama.engine.speculative import generate
-from specllama.errors import UsageError
+from specllama.errors import SpecllamaError, UsageError
 from specllama.llama.backend import build_facts, common_prefix_length, default_threads
 from specllama.policy import calibration
 from specllama.policy.controller import AdaptiveController
-from specllama.session import ADAPTIVE_DRAFT_MAX, Engine
+from specllama.policy.costs import Costs
+from specllama.session import Engine
 
-SCHEMA_ID = "specllama-bench/1"
-TARGET = "target"
-DEFAULT_CONFIGS = "target,model:2,model:4,ngram:8,adaptive"
-
-
-def default_configs(*, has_draft: bool, mtp: bool) -> str:
-    """What `specllama bench` compares when not told: the draft model's lengths, or the
-    target's own head's where it drafts with that, or n-gram lookup alone."""
-    if has_draft or not mtp:
-        return DEFAULT_CONFIGS if has_draft else "target,ngram:8,adaptive"
-    return "target,mtp:2,mtp:4,ngram:8,adaptive"
-
-
-def bench_schema() -> dict[str, Any]:
-    """The JSON Schema of `--json` output (specllama/data/bench_schema.json)."""
-    text = resources.files("specllama").joinpath("data", "bench_schema.json").read_text("utf-8")
-    return json.loads(text)
-
-
-# -- configurations -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class BenchConfig:
-    """One way of generating: `drafter` is none, model, mtp, ngram or combined (n-gram first,
-    then the draft model or the target's MTP head); `adaptive` uses AdaptiveController, else
-    FixedLength(draft_max); `pipelined` (fixed) drafts the next round while the target
-    verifies (pipe:K)."""
-
-    name: str
-    drafter: str
-    draft_max: int
-    adaptive: bool
-    pipelined: bool = False
-
-    def as_dict(self) -> dict[str, object]:
-        return {
-            "name": self.name,
-            "drafter": self.drafter,
-            "draft_max": self.draft_max,
-            "controller": "adaptive" if self.adaptive else "fixed",
-            "pipelined": self.pipelined,
-        }
+WARMUP_TOKENS = 32
+RUN_KEYS = (
+    "n_prompt",
+    "n_generated",
+    "time_s",
+    "tokens_per_s",
+    "n_drafted",
+    "n_accepted",
+    "acceptance_rate",
+    "n_rounds",
+    "n_draft_rounds",
+    "mean_accepted_per_round",
+    "accepted_histogram",
+    "target_s",
+    "draft_s",
+    "overhead_ms_per_round",
+    "finish_reason",
+)
 
 
-def parse_configs(
-    spec: str,
-    *,
-    has_draft: bool,
-    draft_max: int,
-    adaptive: bool = True,
-    adaptive_draft_max: int = ADAPTIVE_DRAFT_MAX,
-    has_mtp: bool = False,
-) -> list[BenchConfig]:
-    """`target`, `model:K`, `pipe:K` (the draft model, pipelined), `mtp:K` (the target's own
-    head), `ngram:K`, `adaptive` (comma-separated). The target alone is always included
-    (speedups are relative to it) and comes first. `adaptive=False` (--fixed) drops the
-    adaptive configuration."""
-    configs = [BenchConfig(TARGET, "none", 0, False)]
-    for item in (part.strip() for part in spec.split(",")):
-        if not item or item == TARGET:
-            continue
-        name, _, k = item.partition(":")
-        if name == "adaptive":
-            if k:
-                raise UsageError(f"bench configuration {item!r}: adaptive takes no length")
-            if adaptive:
-                drafter = "combined" if has_draft or has_mtp else "ngram"
-                configs.append(BenchConfig("adaptive", drafter, adaptive_draft_max, True))
-            continue
-        if name not in ("model", "pipe", "mtp", "ngram"):
-            raise UsageError(
-                f"unknown bench configuration {item!r}",
-                hint="use target, model:K, pipe:K, mtp:K, ngram:K or adaptive, separated by commas",
-            )
-        try:
-            length = int(k) if k else draft_max
-        except ValueError:
-            raise UsageError(f"bench configuration {item!r}: K must be a number") from None
-        if length < 1:
-            raise UsageError(f"bench configuration {item!r}: K must be at least 1")
-        if name == "mtp" and not has_mtp:
-            raise UsageError(
-                f"bench configuration {item!r} needs a target drafting with its own head",
-                hint="pass --drafter mtp with a target that has MTP layers",
-            )
-        if name in ("model", "pipe") and not has_draft:
-            raise UsageError(
-                f"bench configuration {item!r} needs a draft model",
-                hint=f"pass --draft or --pair, or leave {name}:K out of --configs",
-            )
-        pipelined = name == "pipe"
-        drafter = "model" if pipelined else name
-        configs.append(BenchConfig(f"{name}:{length}", drafter, length, False, pipelined))
-    names = [c.name for c in configs]
-    if len(set(names)) != len(names):
-        raise UsageError("a bench configuration is listed twice")
-    return configs
+class ExternalToolError(SpecllamaError):
+    """Another tool's run failed (it crashed, or its log says nothing the bench can read): the
+    bench leaves that configuration out of the rest and goes on."""
 
 
-# -- running --------------------------------------------------------------------------------
+class ExternalConfig(Protocol):
+    """A configuration another program runs on the bench's prompts (`llamacpp.LlamaCppConfig`):
+    its stats as specllama counts them, the keys of `RUN_KEYS` it knows (the others None)."""
+
+    config: BenchConfig
+
+    def run(self, prompt: BenchPrompt, max_tokens: int) -> dict[str, Any]: ...
+
+
+# -- what a benchmark records ---------------------------------------------------------------
 
 
 @dataclass
@@ -160,38 +93,18 @@ class Run:
     prompt_id: str
     category: str
     repeat: int
-    tokens: list[int]
+    tokens: list[int] | None  # None: another tool's run, whose tokens the bench does not see
     stats: dict[str, Any]
     equals_target: bool | None = None
     agreement: float | None = None  # common prefix with the target alone / target's length
 
     def as_dict(self) -> dict[str, Any]:
-        s = self.stats
         return {
             "config": self.config,
             "prompt_id": self.prompt_id,
             "category": self.category,
             "repeat": self.repeat,
-            **{
-                key: s[key]
-                for key in (
-                    "n_prompt",
-                    "n_generated",
-                    "time_s",
-                    "tokens_per_s",
-                    "n_drafted",
-                    "n_accepted",
-                    "acceptance_rate",
-                    "n_rounds",
-                    "mean_accepted_per_round",
-                    "accepted_histogram",
-                    "target_s",
-                    "draft_s",
-                    "overhead_ms_per_round",
-                    "finish_reason",
-                )
-            },
-            "n_draft_rounds": s["n_draft_rounds"],
+            **{key: self.stats.get(key) for key in RUN_KEYS},
             "equals_target": self.equals_target,
             "agreement": self.agreement,
         }
@@ -206,9 +119,15 @@ class BenchResult:
     machine: dict[str, Any] = field(default_factory=dict)
     models: dict[str, Any] = field(default_factory=dict)
     calibration: dict[str, Any] | None = None
+    plan: dict[str, Any] = field(default_factory=dict)  # how the configurations were chosen
+    tools: dict[str, Any] = field(default_factory=dict)  # other tools run beside specllama
+    notices: list[str] = field(default_factory=list)  # one line each: what was left out, why
 
 
-Progress = Callable[[str, int, int], None]  # (what, done, total)
+Progress = Callable[[ProgressUpdate], None]
+
+
+# -- running specllama's configurations -------------------------------------------------------
 
 
 class _Runner:
@@ -229,8 +148,10 @@ class _Runner:
         else:
             drafter = self._model_drafter(config)
         if config.adaptive:
-            return drafter, AdaptiveController(self.engine.calibrate(), draft_max=config.draft_max)
-        return drafter, FixedLength(config.draft_max, pipelined=config.pipelined)
+            return drafter, AdaptiveController(
+                self.engine.calibrate(), draft_max=config.draft_max or 1
+            )
+        return drafter, FixedLength(config.draft_max or 0, pipelined=config.pipelined)
 
     def _model_drafter(self, config: BenchConfig) -> Drafter:
         """The draft model, or the target's own head (an engine loads one or the other)."""
@@ -266,6 +187,86 @@ class _Runner:
         return out, stats
 
 
+# -- the schedule -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One run of the schedule: a warm-up, a round's run, or the noise check's second run of
+    the target alone; `slot` indexes specllama's configurations, then the external ones."""
+
+    kind: str  # "warmup", "run" or "noise"
+    prompt: int
+    repeat: int
+    slot: int
+    tokens: int
+
+
+def schedule(
+    n_prompts: int,
+    n_ours: int,
+    n_external: int,
+    *,
+    repeats: int,
+    warmup: bool,
+    noise_check: bool,
+    tokens: Sequence[int],
+    warmup_tokens: int = WARMUP_TOKENS,
+) -> list[Planned]:
+    """Every run in order: `tokens[p]` is prompt p's budget. Slot 0 is the target alone."""
+    slots = n_ours + n_external
+    plan = [Planned("warmup", 0, 0, s, warmup_tokens) for s in range(n_ours)] if warmup else []
+    for p in range(n_prompts):
+        for repeat in range(repeats):
+            shift = repeat % slots
+            order = [*range(shift, slots), *range(shift)]
+            plan += [Planned("run", p, repeat, s, tokens[p]) for s in order]
+        if noise_check:
+            plan.append(Planned("noise", p, repeats, 0, tokens[p]))
+    return plan
+
+
+def plan_steps(
+    plan: Sequence[Planned],
+    slots: Sequence[BenchConfig],
+    prompts: Sequence[BenchPrompt],
+    lengths: Sequence[int],
+    costs: Costs | None,
+    *,
+    has_draft: bool,
+    repeats: int,
+) -> list[Step]:
+    """What each planned run shows while it runs, and how long it should take."""
+    steps: list[Step] = []
+    seen: set[int] = set()
+    for item in plan:
+        config, prompt, n = slots[item.slot], prompts[item.prompt], lengths[item.prompt]
+        external = config.tool != "specllama"
+        drafts = has_draft and config.drafter in ("model", "combined")
+        prior = run_prior_s(
+            costs,
+            item.tokens,
+            target_prefill=n if external or item.prompt not in seen else 0,
+            draft_prefill=n if drafts else 0,
+            external=external,
+        )
+        seen.add(item.prompt)
+        steps.append(Step(_label(item, config, prompt, repeats), prior, config.tool))
+    return steps
+
+
+def _label(item: Planned, config: BenchConfig, prompt: BenchPrompt, repeats: int) -> str:
+    if item.kind == "warmup":
+        return f"warm-up · {config.name}"
+    if item.kind == "noise":
+        return f"{prompt.category} · target again, for the noise · {prompt.id}"
+    round_ = f" · round {item.repeat + 1}/{repeats}" if repeats > 1 else ""
+    return f"{prompt.category} · {config.name} · {prompt.id}{round_}"
+
+
+# -- the benchmark ----------------------------------------------------------------------------
+
+
 def run_bench(
     engine: Engine,
     prompts: Sequence[BenchPrompt],
@@ -275,7 +276,11 @@ def run_bench(
     max_tokens: int = 128,
     repeats: int = 2,
     warmup: bool = True,
+    warmup_tokens: int = WARMUP_TOKENS,
+    noise_check: bool = False,
+    external: Sequence[ExternalConfig] = (),
     progress: Progress | None = None,
+    clock: Clock = time.monotonic,
 ) -> BenchResult:
     if repeats < 1:
         raise UsageError(f"--repeats must be at least 1, got {repeats}")
@@ -284,12 +289,139 @@ def run_bench(
     # One seed for every run: sampled runs then write the target alone's text too, and
     # `equals_target` checks that at any temperature (the seed is in the settings).
     params = params.with_seed()
-    runner = _Runner(engine, params)
-    result = BenchResult(
+    result = _new_result(engine, prompts, [*configs, *(e.config for e in external)], params)
+    result.settings.update(
+        max_tokens=max_tokens,
+        repeats=repeats,
+        warmup=warmup,
+        warmup_tokens=warmup_tokens if warmup else 0,
+        noise_check=noise_check,
+    )
+    if any(c.adaptive for c in configs):
+        costs = engine.calibrate()
+        result.calibration = {
+            **costs.as_dict(),
+            "summary": calibration.summary(costs),
+            "status": engine.calibration.as_dict() if engine.calibration else None,
+        }
+    tokenized = [engine.prompt_tokens(list(p.messages)) for p in prompts]
+    budgets = [p.max_tokens or max_tokens for p in prompts]
+    warm = min(max_tokens, warmup_tokens)
+    plan = schedule(
+        len(prompts),
+        len(configs),
+        len(external),
+        repeats=repeats,
+        warmup=warmup,
+        noise_check=noise_check,
+        tokens=budgets,
+        warmup_tokens=warm,
+    )
+    slots = [*configs, *(e.config for e in external)]
+    steps = plan_steps(
+        plan,
+        slots,
+        prompts,
+        [len(t) for t in tokenized],
+        engine.costs,
+        has_draft=engine.draft_model is not None,
+        repeats=repeats,
+    )
+    _Execution(engine, params, prompts, tokenized, slots, external, result).go(
+        plan, TimeLeft(steps, clock), progress
+    )
+    _compare_with_target(result.runs)
+    return result
+
+
+class _Execution:
+    """Runs a schedule: specllama's configurations on the engine, the others through their
+    tool, reporting progress; another tool's failure leaves that configuration out."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        params: SamplingParams,
+        prompts: Sequence[BenchPrompt],
+        tokenized: list[list[int]],
+        slots: list[BenchConfig],
+        external: Sequence[ExternalConfig],
+        result: BenchResult,
+    ) -> None:
+        self.runner = _Runner(engine, params)
+        self.prompts, self.tokenized, self.slots = prompts, tokenized, slots
+        self.external = {e.config.name: e for e in external}
+        self.result = result
+        self.dropped: set[str] = set()
+
+    def go(self, plan: Sequence[Planned], timer: TimeLeft, progress: Progress | None) -> None:
+        for index, item in enumerate(plan):
+            config = self.slots[item.slot]
+            if config.name in self.dropped:
+                timer.skip(index)
+                continue
+            if progress:
+                progress(ProgressUpdate(index, len(plan), timer.steps[index].label, timer.left_s()))
+            timer.start(index)
+            try:
+                run = self._run(item, config)
+            except ExternalToolError as exc:
+                self.dropped.add(config.name)
+                self.result.notices.append(f"{config.name} left out: {exc}")
+                timer.skip(index)
+                continue
+            timer.finish()
+            if run is not None:
+                self.result.runs.append(run)
+        if progress:
+            progress(ProgressUpdate(len(plan), len(plan), "done", 0.0))
+
+    def _run(self, item: Planned, config: BenchConfig) -> Run | None:
+        prompt = self.prompts[item.prompt]
+        if config.name in self.external:
+            stats = self.external[config.name].run(prompt, item.tokens)
+            out = None
+        else:
+            out, stats = self.runner.run(config, self.tokenized[item.prompt], item.tokens)
+        if item.kind == "warmup":
+            return None
+        return Run(config.name, prompt.id, prompt.category, item.repeat, out, stats)
+
+
+def _compare_with_target(runs: Sequence[Run]) -> None:
+    """Each run of specllama's against the target alone's output of the same round (the
+    prompt's first one for the noise check's extra run)."""
+    reference: dict[tuple[str, int], list[int]] = {}
+    first: dict[str, list[int]] = {}
+    for run in runs:
+        if run.config == TARGET and run.tokens is not None:
+            reference.setdefault((run.prompt_id, run.repeat), run.tokens)
+            first.setdefault(run.prompt_id, run.tokens)
+    for run in runs:
+        if run.tokens is None:
+            continue
+        found = reference.get((run.prompt_id, run.repeat))
+        if found is None or found is run.tokens:
+            found = first.get(run.prompt_id, found)
+        target = found or []
+        run.equals_target = run.tokens == target
+        run.agreement = _agreement(run.tokens, target)
+
+
+def _agreement(tokens: list[int], reference: list[int]) -> float:
+    if not reference:
+        return 1.0 if not tokens else 0.0
+    return common_prefix_length(tokens, reference) / len(reference)
+
+
+def _new_result(
+    engine: Engine,
+    prompts: Sequence[BenchPrompt],
+    configs: list[BenchConfig],
+    params: SamplingParams,
+) -> BenchResult:
+    return BenchResult(
         settings={
-            "max_tokens": max_tokens,
-            "repeats": repeats,
-            "warmup": warmup,
             "temperature": params.temperature,
             "top_k": params.top_k,
             "top_p": params.top_p,
@@ -303,57 +435,11 @@ def run_bench(
             "extra_buffers": engine.target.extra_buffers,
             "rpc": list(engine.config.rpc),  # the target's RPC workers
         },
-        configs=list(configs),
+        configs=configs,
         prompts=list(prompts),
         machine=machine_facts(),
         models=_models(engine),
     )
-    if any(c.adaptive for c in configs):
-        costs = engine.calibrate()
-        result.calibration = {
-            **costs.as_dict(),
-            "summary": calibration.summary(costs),
-            "status": engine.calibration.as_dict(),
-        }
-    tokenized = [engine.prompt_tokens(list(p.messages)) for p in prompts]
-    total = len(prompts) * repeats * len(configs) + (len(configs) if warmup else 0)
-    done = 0
-
-    def tick(what: str) -> None:
-        nonlocal done
-        done += 1
-        if progress:
-            progress(what, done, total)
-
-    if warmup:
-        for config in configs:
-            runner.run(config, tokenized[0], min(max_tokens, 32))
-            tick(f"warm-up {config.name}")
-    for prompt, tokens in zip(prompts, tokenized):
-        limit = prompt.max_tokens or max_tokens
-        for repeat in range(repeats):
-            shift = repeat % len(configs)
-            order = [*configs[shift:], *configs[:shift]]
-            reference: list[int] | None = None
-            pending: list[Run] = []
-            for config in order:
-                out, stats = runner.run(config, tokens, limit)
-                run = Run(config.name, prompt.id, prompt.category, repeat, out, stats)
-                if config.name == TARGET:
-                    reference = out
-                pending.append(run)
-                tick(f"{prompt.id} {config.name}")
-            for run in pending:
-                run.equals_target = run.tokens == reference
-                run.agreement = _agreement(run.tokens, reference or [])
-            result.runs.extend(pending)
-    return result
-
-
-def _agreement(tokens: list[int], reference: list[int]) -> float:
-    if not reference:
-        return 1.0 if not tokens else 0.0
-    return common_prefix_length(tokens, reference) / len(reference)
 
 
 def machine_facts() -> dict[str, Any]:
@@ -376,122 +462,3 @@ def _models(engine: Engine) -> dict[str, Any]:
 
     draft = engine.config.draft if engine.draft_model is not None else None
     return {"target": describe(engine.config.target), "draft": describe(draft)}
-
-
-# -- the report -----------------------------------------------------------------------------
-
-
-def _spread(values: Sequence[float]) -> dict[str, float]:
-    return {
-        "median": round(statistics.median(values), 4),
-        "min": round(min(values), 4),
-        "max": round(max(values), 4),
-    }
-
-
-def _pair_speedups(runs: Iterable[Run]) -> dict[tuple[str, str], list[float]]:
-    """(config, prompt) -> speedup of each round against the target alone in that round."""
-    by_round: dict[tuple[str, int], dict[str, float]] = defaultdict(dict)
-    for run in runs:
-        by_round[(run.prompt_id, run.repeat)][run.config] = run.stats["tokens_per_s"]
-    out: dict[tuple[str, str], list[float]] = defaultdict(list)
-    for (prompt_id, _), speeds in sorted(by_round.items()):
-        base = speeds.get(TARGET)
-        if not base:
-            continue
-        for config, tps in speeds.items():
-            out[(config, prompt_id)].append(tps / base)
-    return out
-
-
-def summarise(result: BenchResult) -> dict[str, Any]:
-    """Per prompt and per (configuration, category) figures, plus the category "all"."""
-    speedups = _pair_speedups(result.runs)
-    prompt_rows = []
-    for prompt in result.prompts:
-        row = {
-            c.name: round(statistics.median(speedups[(c.name, prompt.id)]), 4)
-            for c in result.configs
-            if speedups.get((c.name, prompt.id))
-        }
-        prompt_rows.append({"id": prompt.id, "category": prompt.category, "speedup": row})
-
-    categories = sorted({p.category for p in result.prompts})
-    rows = []
-    for config in result.configs:
-        for category in [*categories, "all"]:
-            runs = [
-                r
-                for r in result.runs
-                if r.config == config.name and (category == "all" or r.category == category)
-            ]
-            if not runs:
-                continue
-            prompt_ids = sorted({r.prompt_id for r in runs})
-            per_prompt = [
-                statistics.median(speedups[(config.name, pid)])
-                for pid in prompt_ids
-                if speedups.get((config.name, pid))
-            ]
-            drafted = sum(r.stats["n_drafted"] for r in runs)
-            accepted = sum(r.stats["n_accepted"] for r in runs)
-            draft_rounds = sum(r.stats["n_draft_rounds"] for r in runs)
-            n_rounds = sum(r.stats["n_rounds"] for r in runs)
-            histogram: Counter[str] = Counter()
-            for r in runs:
-                histogram.update(r.stats["accepted_histogram"])
-            overhead = sum(r.stats["overhead_s"] for r in runs)
-            equal_prompts = sum(
-                all(r.equals_target for r in runs if r.prompt_id == pid) for pid in prompt_ids
-            )
-            rows.append(
-                {
-                    "config": config.name,
-                    "category": category,
-                    "n_prompts": len(prompt_ids),
-                    "n_runs": len(runs),
-                    "tokens_per_s": _spread([r.stats["tokens_per_s"] for r in runs]),
-                    "speedup": _spread(per_prompt) if per_prompt else None,
-                    "acceptance_rate": round(accepted / drafted, 4) if drafted else None,
-                    "mean_accepted_per_round": (
-                        round(accepted / draft_rounds, 4) if draft_rounds else None
-                    ),
-                    "accepted_histogram": dict(sorted(histogram.items(), key=lambda x: int(x[0]))),
-                    "overhead_ms_per_round": round(1000 * overhead / n_rounds, 4)
-                    if n_rounds
-                    else 0.0,
-                    "equals_target": round(equal_prompts / len(prompt_ids), 4),
-                    "agreement": round(statistics.mean(r.agreement or 0.0 for r in runs), 4),
-                }
-            )
-    return {"prompts": prompt_rows, "summary": rows, "noise": target_noise(result.runs)}
-
-
-def target_noise(runs: Iterable[Run]) -> dict[str, float] | None:
-    """How far the target alone's own rounds of one prompt are apart: the faster over the
-    slower, minus 1, per prompt run twice or more (median, lowest, highest over the prompts).
-    The same decodes, so what parts them is the machine; a prompt's speedup closer to 1.0 than
-    this says nothing. None when no prompt ran twice."""
-    speeds: dict[str, list[float]] = defaultdict(list)
-    for run in runs:
-        if run.config == TARGET:
-            speeds[run.prompt_id].append(run.stats["tokens_per_s"])
-    gaps = [max(s) / min(s) - 1.0 for s in speeds.values() if len(s) > 1 and min(s) > 0]
-    return _spread(gaps) if gaps else None
-
-
-def to_json(result: BenchResult) -> dict[str, Any]:
-    summary = summarise(result)
-    return {
-        "schema": SCHEMA_ID,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "machine": result.machine,
-        "models": result.models,
-        "settings": result.settings,
-        "calibration": result.calibration,
-        "configs": [c.as_dict() for c in result.configs],
-        "prompts": summary["prompts"],
-        "summary": summary["summary"],
-        "noise": summary["noise"],
-        "runs": [r.as_dict() for r in result.runs],
-    }

@@ -328,5 +328,5 @@ def doctor(json_out: JsonOut = False) -> None:
         catalog_view.show(catalog_view.doctor_table(report, calibrations, mtp, mtp_missing))
 
 
-app.command("bench")(friendly_errors(bench_cmd.bench))
+app.command("bench", cls=bench_cmd.BenchCommand)(friendly_errors(bench_cmd.bench))
 app.command("serve")(friendly_errors(serve_cmd.serve))

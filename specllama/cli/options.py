@@ -300,12 +300,13 @@ def check_rpc_build() -> None:
         )
 
 
-def calibrate_with_notice(engine: Engine) -> None:
+def calibrate_with_notice(engine: Engine, *, always: bool = False) -> None:
     """Say what the pair cannot do here (`Engine.notices`), then measure this machine's costs
-    once per model pair (cached), saying so on stderr."""
+    once per model pair (cached), saying so on stderr: for the adaptive controller, or
+    `always` (bench's quick plan reads them)."""
     for line in engine.notices:
         ui.stderr_console().print(f"[yellow]{escape(line)}[/yellow]", highlight=False)
-    if engine.config.adaptive and not isinstance(engine.drafter, NoDrafter):
+    if always or (engine.config.adaptive and not isinstance(engine.drafter, NoDrafter)):
         engine.calibrate(on_measure=_measuring_notice)
 
 
@@ -360,7 +361,13 @@ Record = Annotated[
 
 PromptsFile = Annotated[
     Path | None,
-    typer.Option("--prompts", help="JSONL prompt file (default: the bundled set of 36)."),
+    typer.Option(
+        "--prompts",
+        metavar="FILE.jsonl",
+        help='Your own prompts, one JSON object a line: {"category": ..., "prompt": ...} or '
+        '{"category": ..., "messages": [...]} (default: the bundled 36). Quick: the first '
+        "of each category; --full: all.",
+    ),
 ]
 Configs = Annotated[
     str | None,
@@ -368,8 +375,53 @@ Configs = Annotated[
         "--configs",
         help="Comma-separated: target, model:K, pipe:K (the draft model drafting the next "
         "round while the target verifies), mtp:K (the target's own draft head), ngram:K, "
-        "adaptive (target is implied). Default: target, model:2, model:4 (mtp:2, mtp:4 "
-        "without a draft model), ngram:8, adaptive.",
+        "adaptive (target is implied). Default, quick: adaptive and the fixed ones that "
+        "matter here (the draft model at the length this machine's costs favour, ngram:8); "
+        "--full: model:2, model:4 (mtp:2, mtp:4 without a draft model), ngram:8, adaptive.",
+    ),
+]
+BenchMaxTokens = Annotated[
+    int | None,
+    typer.Option(
+        "--max-tokens",
+        "-n",
+        help="Most tokens a run (default, quick: the most of 128, 96, 64, 48, 32 that fit "
+        "3 minutes here; --full: 128).",
+    ),
+]
+Repeats = Annotated[
+    int | None,
+    typer.Option(
+        "--repeats",
+        help="Rounds per prompt (default: quick 1, the target alone twice for the noise; "
+        "--full 2).",
+    ),
+]
+Full = Annotated[
+    bool,
+    typer.Option(
+        "--full",
+        help="Every prompt and the whole matrix of configurations, 128 tokens, 2 rounds "
+        "(about 30 minutes on a 2-core CPU with the default pair).",
+    ),
+]
+VsLlamaCpp = Annotated[
+    str | None,
+    typer.Option(
+        "--vs-llamacpp",
+        metavar="[DIR]",
+        help="Also run llama.cpp's own llama-speculative-simple (the draft model, its n-gram "
+        "drafters) on the same prompts: from PATH, or from DIR (a folder holding it, or a "
+        "source build). Missing or broken: one line, the bench runs without it.",
+    ),
+]
+ReportFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--report",
+        metavar="FILE.html",
+        help="Write one self-contained HTML page (charts, machine, pair, calibration, every "
+        "run), readable offline.",
     ),
 ]
 

@@ -171,7 +171,7 @@ def gumbel_max(dist: Distribution, seed: int, position: int) -> int:
     the likeliest tokens are scored first, and then only the others that could still beat
     the best of them. Exact: the excluded tokens' scores are strictly lower, and ties go to the
     lowest token id either way. At temperature 0.7 on Qwen's logits that leaves a median of
-    ~200 of 151,936 tokens to draw noise for (bench/noise_cost.py).
+    ~200 of 151,936 tokens to draw noise for (research/noise_cost.py).
     """
     probs = dist.probs
     if len(probs) <= ONE_CALL:

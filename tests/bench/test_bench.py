@@ -1,6 +1,7 @@
 """`specllama bench`: the prompt file format, the configurations, the summary arithmetic, and
 an end-to-end run on real tiny models whose JSON is checked against the documented schema
-(specllama/data/bench_schema.json) with the small validator below (no jsonschema dependency)."""
+(specllama/data/bench_schema.json) with the small validator of conftest.py (no jsonschema
+dependency)."""
 
 from __future__ import annotations
 
@@ -12,85 +13,20 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from specllama.bench import configs as bench
+from specllama.bench import plot as bench_plot
 from specllama.bench import report as bench_report
-from specllama.bench import runner as bench
+from specllama.bench import summary
+from specllama.bench.configs import BenchConfig
 from specllama.bench.prompts import BenchPrompt, load_prompts, select_prompts
-from specllama.bench.runner import BenchConfig, BenchResult, Run
+from specllama.bench.runner import BenchResult, Run
 from specllama.chat import Message
 from specllama.cli.app import app
 from specllama.errors import UsageError
 
-# -- a small JSON Schema validator (the subset bench_schema.json uses) ------------------------
 
-_TYPES = {
-    "object": dict,
-    "array": list,
-    "string": str,
-    "boolean": bool,
-    "null": type(None),
-}
-
-
-def _is_type(value, name: str) -> bool:
-    if name == "integer":
-        return isinstance(value, int) and not isinstance(value, bool)
-    if name == "number":
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    return isinstance(value, _TYPES[name])
-
-
-def validate(value, schema: dict, root: dict | None = None, path: str = "$") -> list[str]:
-    """Every violation as 'path: what'; an empty list when `value` conforms."""
-    root = root or schema
-    errors: list[str] = []
-    if "$ref" in schema:
-        name = schema["$ref"].removeprefix("#/$defs/")
-        return validate(value, root["$defs"][name], root, path)
-    if "anyOf" in schema:
-        if all(validate(value, option, root, path) for option in schema["anyOf"]):
-            errors.append(f"{path}: matches none of anyOf")
-        return errors
-    if "const" in schema and value != schema["const"]:
-        errors.append(f"{path}: {value!r} is not {schema['const']!r}")
-    if "enum" in schema and value not in schema["enum"]:
-        errors.append(f"{path}: {value!r} not in {schema['enum']}")
-    if "type" in schema:
-        types = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
-        if not any(_is_type(value, t) for t in types):
-            return [*errors, f"{path}: {type(value).__name__} is not {types}"]
-    if _is_type(value, "number"):
-        if "minimum" in schema and value < schema["minimum"]:
-            errors.append(f"{path}: {value} < {schema['minimum']}")
-        if "maximum" in schema and value > schema["maximum"]:
-            errors.append(f"{path}: {value} > {schema['maximum']}")
-    if isinstance(value, dict):
-        for key in schema.get("required", []):
-            if key not in value:
-                errors.append(f"{path}: missing {key!r}")
-        properties = schema.get("properties", {})
-        extra = schema.get("additionalProperties", True)
-        for key, item in value.items():
-            if "propertyNames" in schema:
-                pattern = schema["propertyNames"]["pattern"]
-                if not re.search(pattern, key):
-                    errors.append(f"{path}: key {key!r} does not match {pattern}")
-            if key in properties:
-                errors += validate(item, properties[key], root, f"{path}.{key}")
-            elif extra is False:
-                errors.append(f"{path}: unexpected key {key!r}")
-            elif isinstance(extra, dict):
-                errors += validate(item, extra, root, f"{path}.{key}")
-    if isinstance(value, list):
-        if len(value) < schema.get("minItems", 0):
-            errors.append(f"{path}: fewer than {schema['minItems']} items")
-        if "items" in schema:
-            for i, item in enumerate(value):
-                errors += validate(item, schema["items"], root, f"{path}[{i}]")
-    return errors
-
-
-def test_the_validator_catches_violations():
-    schema = bench.bench_schema()
+def test_the_validator_catches_violations(validate):
+    schema = summary.bench_schema()
     assert validate({"schema": "specllama-bench/1"}, schema)  # most keys missing
     row_schema = schema["properties"]["runs"]["items"]
     assert any("unexpected key" in e for e in validate({"bogus": 1}, row_schema, schema))
@@ -277,11 +213,11 @@ def test_speedups_are_computed_pair_by_pair_and_summarised_by_category():
         fake_run("target", "b", "code", 0, 10.0),
         fake_run("ngram:4", "b", "code", 0, 10.0, 10, 0, equal=False),
     ]
-    summary = bench.summarise(result)
-    by_prompt = {p["id"]: p["speedup"] for p in summary["prompts"]}
+    found = summary.summarise(result)
+    by_prompt = {p["id"]: p["speedup"] for p in found["prompts"]}
     assert by_prompt["a"] == {"target": 1.0, "ngram:4": 2.0}
     assert by_prompt["b"] == {"target": 1.0, "ngram:4": 1.0}
-    [row] = [r for r in summary["summary"] if r["config"] == "ngram:4" and r["category"] == "code"]
+    [row] = [r for r in found["summary"] if r["config"] == "ngram:4" and r["category"] == "code"]
     assert row["speedup"] == {"median": 1.5, "min": 1.0, "max": 2.0}
     assert row["acceptance_rate"] == pytest.approx(20 / 30, abs=1e-4)
     assert row["mean_accepted_per_round"] == pytest.approx(20 / 15, abs=1e-4)
@@ -291,7 +227,7 @@ def test_speedups_are_computed_pair_by_pair_and_summarised_by_category():
     assert row["tokens_per_s"] == {"median": 20.0, "min": 10.0, "max": 40.0}
     assert bench_report.histogram_text({"0": 1, "3": 3}) == "0:25 3:75"
     # The target alone ran prompt a at 10 and 20 tok/s: the machine's noise, 100%; b ran once.
-    assert summary["noise"] == {"median": 1.0, "min": 1.0, "max": 1.0}
+    assert found["noise"] == {"median": 1.0, "min": 1.0, "max": 1.0}
 
 
 def test_the_noise_is_the_target_alones_spread_between_its_own_rounds():
@@ -303,17 +239,21 @@ def test_the_noise_is_the_target_alones_spread_between_its_own_rounds():
         fake_run("ngram:4", "b", "code", 0, 60.0),  # other configurations say nothing of it
         fake_run("target", "c", "code", 0, 5.0),  # one round: no spread to see
     ]
-    noise = bench.target_noise(runs)
+    noise = summary.target_noise(runs)
     assert noise == {"median": pytest.approx(0.175), "min": 0.1, "max": 0.25}
-    assert bench.target_noise(runs[-1:]) is None
+    assert summary.target_noise(runs[-1:]) is None
     settings = {"max_tokens": 8, "repeats": 2, "temperature": 0.0, "n_threads": 2}
     report = {
         "summary": [],
         "settings": settings,
         "models": {"target": {"name": "t"}},
         "noise": noise,
+        "prompts": [{"id": p, "category": "code"} for p in "abc"],
+        "runs": [r.as_dict() for r in runs],
     }
-    assert "differ by 18% (median; up to 25%)" in str(bench_report.report_table(report).caption)
+    caption = str(bench_report.report_table(report).caption)
+    assert "3 prompts in 1 category; 6 runs (2 rounds each)" in caption
+    assert "were 18% apart (median; up to 25%)" in caption
 
 
 # -- end to end, on real tiny models ----------------------------------------------------------
@@ -333,7 +273,7 @@ def prompt_file(tmp_path: Path) -> Path:
 
 @pytest.mark.slow
 def test_bench_end_to_end_json_follows_the_schema(
-    smol_f32, smol_q4, prompt_file, tmp_path, monkeypatch
+    smol_f32, smol_q4, prompt_file, tmp_path, monkeypatch, validate
 ):
     monkeypatch.setenv("SPECLLAMA_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "bench.json"
@@ -354,13 +294,13 @@ def test_bench_end_to_end_json_follows_the_schema(
     assert result.exit_code == 0, result.output
     assert "specllama bench" in result.stdout
     report = json.loads(out.read_text(encoding="utf-8"))
-    assert validate(report, bench.bench_schema()) == []
+    assert validate(report, summary.bench_schema()) == []
 
     names = ["target", "model:2", "pipe:2", "ngram:4", "adaptive"]
     assert [c["name"] for c in report["configs"]] == names
     assert len(report["runs"]) == 2 * 2 * 5  # prompts x repeats x configurations
     assert report["noise"]["min"] >= 0  # the target alone ran every prompt twice
-    assert "noise: the target alone's rounds" in result.stdout
+    assert "the target alone's runs of one prompt were" in result.stdout
     assert {r["category"] for r in report["summary"]} == {"code-editing", "chat", "all"}
     assert report["calibration"]["verify_s"]["1"] > 0
     assert report["models"]["draft"]["name"] == Path(smol_q4).name
@@ -447,5 +387,39 @@ def test_plot_is_written_when_matplotlib_is_there(tmp_path):
         ],
     }
     path = tmp_path / "plot.png"
-    bench_report.write_plot(report, path)
+    bench_plot.write_plot(report, path)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.slow
+def test_the_quick_default_plans_from_this_machines_costs(
+    smol_f32, smol_q4, prompt_file, tmp_path, monkeypatch, validate
+):
+    """No --configs, no --repeats: one prompt per category, the fixed configurations the
+    calibration picks, one round and the target alone twice; all said in what it prints."""
+    monkeypatch.setenv("SPECLLAMA_CACHE", str(tmp_path / "cache"))
+    with prompt_file.open("a") as f:
+        f.write('{"id": "talk-2", "category": "chat", "prompt": "Name a fruit."}\n')
+    out = tmp_path / "bench.json"
+    result = CliRunner().invoke(
+        app,
+        ["bench", "--target", str(smol_f32), "--draft", str(smol_q4), "--prompts",
+         str(prompt_file), "-n", "8", "--threads", "2", "--json", str(out)],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    report = json.loads(out.read_text())
+    assert validate(report, summary.bench_schema()) == []
+    assert report["plan"]["mode"] == "quick"
+    assert [p["id"] for p in report["prompts"]] == ["edit", "talk"]  # talk-2 is a second chat
+    names = [c["name"] for c in report["configs"]]
+    assert names[0] == "target" and names[-1] == "adaptive" and 3 <= len(names) <= 4
+    fixed = names[1:-1]
+    assert any(n.startswith("model:") for n in fixed) or fixed[0] == "ngram:8"
+    assert all(any(note.startswith(f"{n}: ") for note in report["plan"]["notes"]) for n in fixed)
+    assert report["settings"]["noise_check"] and report["settings"]["repeats"] == 1
+    assert len(report["runs"]) == 2 * (len(names) + 1)  # each prompt once, the target twice
+    assert report["noise"] is not None
+    n_runs = len(report["runs"])
+    assert f"rests on: 2 prompts in 2 categories; {n_runs} runs" in result.stdout
+    assert "speedup over the target alone" in result.stdout  # the bars
+    assert "one per category" in result.stderr  # why it chose what it chose

@@ -230,7 +230,7 @@ def test_a_measurement_that_never_passes_is_used_but_not_cached(tmp_path, cache)
 
 
 def test_one_cached_despite_failed_checks_says_so(tmp_path, cache):
-    """bench/busy_calibration.py caches a lying calibration on purpose; a benchmark that starts
+    """research/busy_calibration.py caches a lying calibration on purpose; a benchmark that starts
     from it reports the checks it failed, not "checks passed"."""
     target, _ = models(tmp_path)
     key = calibration.calibration_key(target, None, n_threads=2)

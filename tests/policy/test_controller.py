@@ -19,7 +19,7 @@ from specllama.policy.controller import MODEL, NGRAM, AdaptiveController, lane_o
 from specllama.policy.costs import Costs
 from specllama.policy.simulator import MachineCosts, Trace, simulate, synthetic_trace
 
-# Measured costs of three machines (bench/RESULTS.md, DESIGN.md).
+# Measured costs of three machines (research/RESULTS.md, DESIGN.md).
 T1 = 0.0072  # NVIDIA H200, 7B-shaped F16 target, 0.5B-shaped draft: verification nearly free
 GPU = Costs(
     verify_s=((1, T1), (2, 1.25 * T1), (4, 1.28 * T1), (8, 1.36 * T1), (16, 1.74 * T1)),

@@ -44,7 +44,7 @@ MACHINES = {"epyc": EPYC, "amx": AMX, "gpu": GPU}
 # Verify costs the EPYC calibration recorded while a build kept both cores busy, over the truth
 # of one token (issue 17: 79 ms for a 29 ms token, 183 ms for two, 434 ms for four...).
 UNDER_LOAD = ((1, 79), (2, 183), (4, 434), (5, 257), (8, 177), (16, 300), (49, 800))
-# One the same CPU recorded beside two busy loops (bench/busy_calibration.py), over the truth of
+# One the same CPU recorded beside two busy loops (research/busy_calibration.py), over the truth of
 # one token (35 ms): the target 92x too slow for one token and in no order after, the draft's
 # step 2x and its catch-up 6.6x.
 BESIDE_BUSY_LOOPS = ((1, 92), (2, 92), (3, 34), (4, 8), (6, 25), (8, 32), (12, 87), (49, 87))
@@ -168,9 +168,9 @@ def test_the_verify_costs_are_right_within_a_few_rounds(lie):
 
 
 # What the default pair answered on the bundled prompts, recorded on the 2-core EPYC with the
-# costs measured there (`bench/policies.py record`): its batches step up to 6.8 tokens at 8 and
+# costs measured there (`research/policies.py record`): its batches step up to 6.8 tokens at 8 and
 # stay near 9 up to 17, so a straight line through the small sizes makes long drafts look dear.
-RECORDED = Path(__file__).resolve().parents[2] / "bench/results/traces-q4km-epyc.json"
+RECORDED = Path(__file__).resolve().parents[2] / "research/results/traces-q4km-epyc.json"
 
 
 def test_a_calibration_whose_shape_is_not_trusted_still_finds_what_long_drafts_cost():

@@ -137,7 +137,7 @@ def test_the_oracle_drafts_nothing_where_no_batch_is_cheaper_than_its_tokens():
     assert oracle_speedup(trace, MachineCosts(costs, overhead_round_s=0.01)) == pytest.approx(1.0)
 
 
-RECORDED = Path(__file__).resolve().parents[2] / "bench/results/traces-q4km-epyc.json"
+RECORDED = Path(__file__).resolve().parents[2] / "research/results/traces-q4km-epyc.json"
 
 
 def test_no_policy_beats_the_oracle_on_recorded_answers():
