@@ -219,7 +219,8 @@ def test_serve_answers_through_a_worker(
                 url = line.split()[-1]
                 break
         assert url, "the server did not start"
-        assert "layers on RPC workers" in server.stderr.readline()
+        facts = [server.stderr.readline() for _ in range(2)]  # the chat page's URL, the pair
+        assert "layers on RPC workers" in facts[1], facts
         _wait_until_listening(url)  # the banner comes first; the socket listens once ready
         messages = [{"role": "user", "content": PROMPT}]
         body = {"model": smol_f32.name, "max_tokens": N, "messages": messages}

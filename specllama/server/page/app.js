@@ -308,7 +308,11 @@ function scheduleRender(message) {
   pending = requestAnimationFrame(() => {
     pending = null;
     const li = views.get(message);
-    if (li) drawMessage(li, message);
+    if (!li) return;
+    const list = $("messages");
+    const following = list.scrollHeight - list.scrollTop - list.clientHeight < 80;
+    drawMessage(li, message);
+    if (following) list.scrollTop = list.scrollHeight; // unless the reader scrolled up
   });
 }
 
