@@ -207,6 +207,7 @@ async function run(message, part, body) {
   state.running = { controller, message, part };
   Object.assign(part, { content: "", tokens: [], figures: null, state: "streaming", error: "" });
   setRunning(true);
+  scheduleRender(message, message); // the buttons go, the box for what comes appears
   let outcome = "done";
   try {
     await withRetries(controller.signal, () => streamChat(body, {
@@ -217,7 +218,7 @@ async function run(message, part, body) {
         part.content += c.text;
         part.tokens.push(...c.tokens);
         if (c.figures) part.figures = { ...part.figures, ...c.figures };
-        scheduleRender(message);
+        scheduleRender(message, part);
       },
     }));
     part.state = "done";
@@ -303,7 +304,9 @@ function editLast(chat) {
 // -- drawing ----------------------------------------------------------------------------------------
 
 let pending = null;
-function scheduleRender(message) {
+// Redraw what streams, once a frame at most: the answer, or only its comparison box (the
+// browser shares the cores with the models, so the answer above is not drawn again).
+function scheduleRender(message, part) {
   if (pending) return;
   pending = requestAnimationFrame(() => {
     pending = null;
@@ -311,7 +314,9 @@ function scheduleRender(message) {
     if (!li) return;
     const list = $("messages");
     const following = list.scrollHeight - list.scrollTop - list.clientHeight < 80;
-    drawMessage(li, message);
+    const box = li.querySelector(".comparison");
+    if (part !== message && box) box.replaceWith(comparison(message, state.settings));
+    else drawMessage(li, message);
     if (following) list.scrollTop = list.scrollHeight; // unless the reader scrolled up
   });
 }
