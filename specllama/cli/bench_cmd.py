@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -43,6 +44,7 @@ from specllama.cli.options import (
     engine_config,
 )
 from specllama.engine.sampling import SamplingParams
+from specllama.errors import UsageError
 from specllama.session import Engine
 
 if TYPE_CHECKING:
@@ -130,6 +132,8 @@ def bench(
         check_plot_support()
     if max_tokens is not None:
         check_max_tokens(max_tokens)
+    for option, path in (("--json", json_file), ("--report", report_file), ("--plot", plot_file)):
+        _check_writable(option, path)  # before the runs, not after minutes of them
     chosen = select_prompts(load_prompts(prompts), category, limit)
     params = SamplingParams(temperature, top_k, top_p, min_p, seed)
     tool = _find_llamacpp(vs_llamacpp)  # before any download: its one line comes first
@@ -201,6 +205,16 @@ def bench(
     _write_outputs(report, console, json_file, report_file, plot_file)
 
 
+def _check_writable(option: str, path: Path | None) -> None:
+    if path is None:
+        return
+    folder = path.expanduser().resolve().parent
+    if path.is_dir() or not folder.is_dir() or not os.access(folder, os.W_OK):
+        raise UsageError(
+            f"{option} {path}: cannot write a file there", hint="give a file in a folder you own"
+        )
+
+
 def _find_llamacpp(where: str | None) -> LlamaCpp | None:
     """llama.cpp's binary for --vs-llamacpp, or None (not asked for, or not usable: one line)."""
     from specllama.bench import llamacpp
@@ -238,7 +252,7 @@ def _llamacpp_configs(
             engine,
             prompts,
             params,
-            draft_max=fixed[0] or engine.draft_max if fixed else engine.draft_max,
+            draft_max=fixed[0] if fixed else engine.draft_max,
         )
     except llamacpp.LlamaCppUnavailable as exc:
         ui.print_warning(f"{exc}: the bench runs without llama.cpp")

@@ -356,6 +356,19 @@ def test_unknown_category_is_a_usage_error(tmp_path, prompt_file):
     assert "no prompts in category poetry" in result.output
 
 
+@pytest.mark.parametrize("option", ["--json", "--report", "--plot"])
+def test_an_output_that_cannot_be_written_is_refused_before_any_run(tmp_path, option):
+    for where in (tmp_path / "missing" / "out.file", tmp_path):
+        result = CliRunner().invoke(
+            app, ["bench", "--target", str(tmp_path / "missing.gguf"), option, str(where)]
+        )
+        assert result.exit_code == 2, result.output
+        assert result.stderr.strip().splitlines() == [
+            f"error: {option} {where}: cannot write a file there "
+            "(hint: give a file in a folder you own)"
+        ]
+
+
 def test_plot_without_matplotlib_fails_in_one_line(monkeypatch, prompt_file, tmp_path):
     import builtins
 
