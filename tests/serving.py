@@ -136,3 +136,16 @@ def chat(server: Server, prompt: str = PROMPT, max_tokens: int = 24, **kwargs):
     return server.client().chat.completions.create(
         model=server.model, messages=messages, max_tokens=max_tokens, **kwargs
     )
+
+
+def start_stream(server: Server, max_tokens: int) -> http.client.HTTPConnection:
+    """A streaming text completion that goes on counting, read until its first piece of text
+    arrived: the server is then busy with it until the connection closes."""
+    connection = http.client.HTTPConnection(*server.address, timeout=60)
+    body = {"model": server.model, "prompt": COUNTING, "max_tokens": max_tokens, "stream": True}
+    connection.request("POST", "/v1/completions", json.dumps(body), JSON_POST)
+    response = connection.getresponse()
+    assert response.status == 200
+    while '"text":"' not in response.readline().decode():
+        pass
+    return connection

@@ -21,6 +21,7 @@ from starlette.datastructures import Headers, MutableHeaders
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from specllama.llama.rpc import is_loopback
 from specllama.server.requests import ApiError
 
 log = logging.getLogger("specllama.server.app")
@@ -50,7 +51,7 @@ def host_names(bound_host: str, allowed: Iterable[str] = ()) -> frozenset[str]:
     allowed by name (--allow-host) and, when it listens beyond this machine, the machine's own
     names. localhost always."""
     names = {bound_host.lower().strip("[]"), "localhost", *(name.lower() for name in allowed)}
-    if not _is_loopback(bound_host):
+    if not is_loopback(bound_host.lower().strip("[]")):
         machine = socket.gethostname().lower()
         names |= {machine, f"{machine}.local", socket.getfqdn().lower()}
     return frozenset(names)
@@ -74,13 +75,6 @@ def _hostname(host_header: str) -> str:
     if host.startswith("["):
         return host[1 : host.find("]")] if "]" in host else host[1:]
     return host.rsplit(":", 1)[0].rstrip(".") if host.count(":") == 1 else host.rstrip(".")
-
-
-def _is_loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return host.lower() == "localhost"
 
 
 def _media_type(headers: Headers) -> str:

@@ -21,7 +21,7 @@ from functools import partial
 from pathlib import Path
 
 import pytest
-from serving import JSON_POST, KEY, PROMPT, Server, chat, reference, serve
+from serving import KEY, PROMPT, Server, chat, reference, serve, start_stream
 
 pytestmark = pytest.mark.slow
 
@@ -300,7 +300,7 @@ def test_edit_resend_new_chat_and_a_reload_keeps_the_history(page: Page):
 def test_a_busy_server_is_retried_until_it_answers(page: Page):
     server = page.server
     server.wait_idle()
-    long_one = _start_stream(server)
+    long_one = start_stream(server, max_tokens=400)
     waiting = threading.Thread(target=lambda: chat(server, PROMPT, 8))  # the one queue place
     waiting.start()
     deadline = time.monotonic() + 30
@@ -317,18 +317,6 @@ def test_a_busy_server_is_retried_until_it_answers(page: Page):
     assert answer.query_selector(".body").text_content() == reference(PROMPT, 16)[0]
     assert page.tab.is_hidden("#notice")
     page.errors[:] = [e for e in page.errors if "status of 503" not in e]  # the busy answers
-
-
-def _start_stream(server: Server):
-    import http.client
-
-    connection = http.client.HTTPConnection(*server.address, timeout=60)
-    body = {"model": server.model, "prompt": "1, 2, 3,", "max_tokens": 400, "stream": True}
-    connection.request("POST", "/v1/completions", json.dumps(body), JSON_POST)
-    response = connection.getresponse()
-    while '"text":"' not in response.readline().decode():
-        pass
-    return connection
 
 
 # -- the key, other sites, screens ---------------------------------------------------------------

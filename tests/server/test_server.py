@@ -32,6 +32,7 @@ from serving import (
     reference,
     run_target_alone,
     serve,
+    start_stream,
 )
 from typer.testing import CliRunner
 
@@ -224,7 +225,7 @@ def test_two_clients_at_once_both_get_their_answers(server: Server):
 
 
 def test_beyond_the_queue_limit_503_and_the_queued_request_is_answered(server: Server):
-    long_one = _start_stream(server, max_tokens=400)  # generating
+    long_one = start_stream(server, max_tokens=400)  # generating
     queued: dict[str, object] = {}
     waiter = threading.Thread(target=lambda: queued.update(answer=chat(server, PROMPT, 24)))
     waiter.start()
@@ -247,7 +248,7 @@ def test_a_client_that_disconnects_stops_its_generation(server: Server, streamed
     server.wait_idle()
     cancelled_before = server.log.read_text().count("cancelled after")
     if streamed:
-        connection = _start_stream(server, max_tokens=400)
+        connection = start_stream(server, max_tokens=400)
     else:
         connection = http.client.HTTPConnection(*server.address, timeout=60)
         body = {"model": server.model, "prompt": COUNTING, "max_tokens": 400}
@@ -262,18 +263,6 @@ def test_a_client_that_disconnects_stops_its_generation(server: Server, streamed
     assert len(lines) == cancelled_before + 1  # stopped, not run to its end
     assert int(lines[-1]) < 400
     assert_reference_answer(server)
-
-
-def _start_stream(server: Server, max_tokens: int) -> http.client.HTTPConnection:
-    """A streaming text completion, read until its first piece of text arrived."""
-    connection = http.client.HTTPConnection(*server.address, timeout=60)
-    body = {"model": server.model, "prompt": COUNTING, "max_tokens": max_tokens, "stream": True}
-    connection.request("POST", "/v1/completions", json.dumps(body), JSON_POST)
-    response = connection.getresponse()
-    assert response.status == 200
-    while '"text":"' not in response.readline().decode():
-        pass
-    return connection
 
 
 # -- what the page needs: tokens by origin, a drafter per request, the server's status ---------
@@ -507,7 +496,7 @@ def test_mtp_answers_equal_the_target_alone_and_a_disconnect_cancels(
     stats = answer.model_extra["specllama"]
     assert stats["drafter"] == "mtp" and 0 < stats["n_accepted"] < stats["n_drafted"]
     long = MTP_CTX - 100
-    _start_stream(mtp_server, max_tokens=long).close()  # a client that goes away mid-answer
+    start_stream(mtp_server, max_tokens=long).close()  # a client that goes away mid-answer
     mtp_server.wait_idle(timeout=30)
     cancelled = re.findall(r"cancelled after (\d+) tokens", mtp_server.log.read_text())
     assert len(cancelled) == 1 and int(cancelled[0]) < long
