@@ -51,3 +51,8 @@ class RpcError(SpecllamaError):
 class LocalModelError(SpecllamaError):
     """A model already on this machine cannot be used: an unknown `ollama:` or `lmstudio:`
     name, no draft found for --draft auto, or a bad setting of extra model folders."""
+
+
+class ConstraintError(SpecllamaError):
+    """An output constraint (JSON Schema, grammar) that cannot be compiled, admits no text, or
+    failed during a generation."""

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specllama.chat import Message, plain_prompt, render_chat
+from specllama.engine.constraint import ConstraintSpec, Grammar, compile_constraint
 from specllama.engine.control import DraftController, FixedLength
 from specllama.engine.detok import TextStream
 from specllama.engine.drafters import (
@@ -27,6 +28,7 @@ from specllama.engine.speculative import generate
 from specllama.errors import ModelLoadError, UsageError
 from specllama.llama import gguf_info, rpc
 from specllama.llama.backend import LlamaBackend, build_facts, default_threads
+from specllama.llama.grammar import tokenizer_for
 from specllama.llama.mtp import MtpHead, mtp_support
 from specllama.llama.rpc import DEFAULT_TIMEOUT_S
 from specllama.models.catalog import DRAFTERS
@@ -197,6 +199,11 @@ class Engine:
     def target_text_stream(self) -> TextStream:
         return TextStream(self.target)
 
+    def compile_constraint(self, spec: ConstraintSpec) -> Grammar:
+        """`spec` compiled for the target's vocabulary (ConstraintError if it cannot be);
+        each generation takes a fresh matcher from it."""
+        return compile_constraint(spec, tokenizer_for(self.target), self.target.n_vocab)
+
     # -- generation -------------------------------------------------------------------------
 
     def generate(
@@ -207,8 +214,10 @@ class Engine:
         max_tokens: int,
         controller: DraftController | None = None,
         drafter: Drafter | None = None,
+        constraint: Grammar | None = None,
     ) -> Iterator[Event]:
-        """The loop's events, drafting with `drafter` (default: the current choice)."""
+        """The loop's events, drafting with `drafter` (default: the current choice); the answer
+        satisfies `constraint` when one is given (`compile_constraint`)."""
         drafter = drafter or self.drafter
         if isinstance(drafter, NoDrafter):
             controller = FixedLength(0)
@@ -220,6 +229,7 @@ class Engine:
             params,
             max_tokens=max_tokens,
             controller=controller,
+            constraint=constraint.start() if constraint is not None else None,
         )
         return self._reviewed(events) if controller is self.controller else events
 

@@ -14,17 +14,18 @@ MODEL = "model"  # the draft model
 NGRAM = "ngram"  # "ngramN": a lookup in the text so far, on a match of N tokens
 MTP = "mtp"  # the target's own draft head
 PLAIN = "plain"  # a round that drafts nothing
+GRAMMAR = "grammar"  # tokens an output constraint allows alone, drafted without any model
 # Kinds whose drafts cost a decode per token (and a catch-up on what they have not seen).
 STEPPED = (MODEL, MTP)
 
 
 def kind_of(source: str) -> str:
-    """ "model", "mtp", "ngram" (for any "ngramN") or "plain" (no source)."""
+    """ "model", "mtp", "ngram" (for any "ngramN"), "grammar" or "plain" (no source)."""
     if not source:
         return PLAIN
     if source.startswith(NGRAM):
         return NGRAM
-    return MTP if source == MTP else MODEL
+    return source if source in (MTP, GRAMMAR) else MODEL
 
 
 # (source, backlog): what a drafter could propose from the current text, best first. The backlog

@@ -8,6 +8,7 @@ noise (the seed, the position) on its own distribution, to guess that draw.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from typing import Protocol
 
 import numpy as np
 
+from specllama.engine.constraint import Constraint
 from specllama.engine.lookup import CopyIndex, Match
 from specllama.engine.sampling import (
     SamplingParams,
@@ -54,10 +56,12 @@ class Drafter(Protocol):
         source: str | None = None,
         min_confidence: float | None = None,
         stop: threading.Event | None = None,
+        constraint: Constraint | None = None,
     ) -> Draft:
         """Up to `n_max` tokens from `source` (None: the first offered); `min_confidence`
         overrides a draft model's p-min for this call; a draft model ends early once `stop`
-        is set (pipelined drafting, on another thread)."""
+        is set (pipelined drafting, on another thread), and drafts within `constraint`'s
+        rule when there is one (left as it was found)."""
 
     def rewind(self, context: Sequence[int]) -> None:
         """Drop any state past `context` (called when generation stops)."""
@@ -113,21 +117,30 @@ def draft_chain(
     p_min: float,
     vocab: LlamaBackend,
     stop: threading.Event | None = None,
+    constraint: Constraint | None = None,
 ) -> Draft:
     """A model-made draft, one token at a time: choose a token from `logits` (for `position`),
     then `after(token)` gives the logits for the next, until `n_max` tokens, an unconfident
-    one, an end-of-generation token (`vocab.is_eog`) or `stop`."""
+    one, an end-of-generation token (`vocab.is_eog`) or `stop`. Under a constraint the
+    draft chooses among the tokens it allows, as the target will."""
     draft = Draft()
-    while True:
-        token = choose_draft_token(logits, params, position + len(draft), p_min)
-        if token is None:
-            break
-        draft.tokens.append(token)
-        if len(draft) == n_max or vocab.is_eog(token):
-            break
-        if stop is not None and stop.is_set():
-            break
-        logits = after(token)
+    with contextlib.ExitStack() as scope:
+        if constraint is not None:
+            scope.enter_context(constraint.lookahead())
+        while True:
+            if constraint is not None:
+                logits = constraint.restrict(logits, params)
+            token = choose_draft_token(logits, params, position + len(draft), p_min)
+            if token is None:
+                break
+            draft.tokens.append(token)
+            if len(draft) == n_max or vocab.is_eog(token):
+                break
+            if stop is not None and stop.is_set():
+                break
+            if constraint is not None:
+                constraint.consume([token])
+            logits = after(token)
     return draft
 
 
@@ -157,6 +170,7 @@ class DraftModelDrafter:
         source: str | None = None,
         min_confidence: float | None = None,
         stop: threading.Event | None = None,
+        constraint: Constraint | None = None,
     ) -> Draft:
         if n_max <= 0:
             return Draft()
@@ -166,7 +180,10 @@ class DraftModelDrafter:
         def after(token: int) -> np.ndarray:
             return self.model.decode([token], [0], copy=False)[0]
 
-        return draft_chain(first, after, len(context), n_max, params, p_min, self.model, stop)
+        position = len(context)
+        return draft_chain(
+            first, after, position, n_max, params, p_min, self.model, stop, constraint
+        )
 
     @property
     def decode_seconds(self) -> float:
@@ -238,12 +255,15 @@ class CombinedDrafter:
         source: str | None = None,
         min_confidence: float | None = None,
         stop: threading.Event | None = None,
+        constraint: Constraint | None = None,
     ) -> Draft:
         if source is None or source.startswith("ngram"):
             draft = self.ngram.propose(context, n_max, params)
             if draft.tokens or source is not None:
                 return draft
-        return self.model.propose(context, n_max, params, min_confidence=min_confidence, stop=stop)
+        return self.model.propose(
+            context, n_max, params, min_confidence=min_confidence, stop=stop, constraint=constraint
+        )
 
     @property
     def decode_seconds(self) -> float:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from specllama.engine.constraint import Constraint
 from specllama.engine.drafters import Draft, draft_chain
 from specllama.engine.sampling import SamplingParams
 from specllama.llama.mtp import MtpHead
@@ -45,6 +46,7 @@ class MtpDrafter:
         source: str | None = None,
         min_confidence: float | None = None,
         stop: threading.Event | None = None,
+        constraint: Constraint | None = None,
     ) -> Draft:
         if n_max <= 0:
             return Draft()
@@ -58,7 +60,8 @@ class MtpDrafter:
             return logits
 
         target = self.head.target
-        return draft_chain(first, after, len(context), n_max, params, p_min, target, stop)
+        position = len(context)
+        return draft_chain(first, after, position, n_max, params, p_min, target, stop, constraint)
 
     @property
     def decode_seconds(self) -> float:

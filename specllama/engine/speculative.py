@@ -23,6 +23,13 @@ any coupling without communication can.
 
 When the controller asks for it (`pipelined`), the draft model drafts the next round while the
 target verifies (`specllama.engine.pipeline`); a round then may start with its draft already made.
+
+Under an output constraint (`specllama.engine.constraint`) every position is drawn from the
+target's masked logits, by the target alone and by every round alike, so the text stays the
+constrained target's. A draft is cut before its first token the constraint forbids (it could
+never be accepted), and where the constraint allows one continuation alone (a JSON key, a
+brace) the round drafts it without asking anyone ("grammar" rounds, which the controller does
+not see: they say nothing about any drafter).
 """
 
 from __future__ import annotations
@@ -33,8 +40,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from specllama.engine.control import MODEL, DraftController, FixedLength, kind_of
-from specllama.engine.drafters import Draft, Drafter
+from specllama.engine.constraint import Constraint
+from specllama.engine.control import GRAMMAR, MODEL, DraftController, FixedLength, kind_of
+from specllama.engine.drafters import Draft, Drafter, NoDrafter
 from specllama.engine.events import Event, FinishEvent, RoundEvent, TokenEvent
 from specllama.engine.pipeline import DraftAhead
 from specllama.engine.sampling import SamplingParams, draw
@@ -44,20 +52,26 @@ from specllama.llama.backend import LlamaBackend
 
 
 def verify(
-    rows: np.ndarray, draft: Draft, params: SamplingParams, position: int
+    rows: np.ndarray,
+    draft: Draft,
+    params: SamplingParams,
+    position: int,
+    constraint: Constraint | None = None,
 ) -> tuple[int, int]:
     """Check the draft against the target's logits rows; return (n_accepted, next_token).
 
     rows[i] is the target's logits for the token at `position + i` (the position of
     draft.tokens[i]); rows[len(draft)] is for the position after the last draft token. The
     target draws at each position as it would alone, and a draft token is kept iff it is
-    that draw.
+    that draw. Under a constraint the draw is from the masked logits, and the constraint
+    consumes every token emitted (the accepted drafts and the target's own).
     """
+    choose = constraint.draw if constraint is not None else draw
     for i, x in enumerate(draft.tokens):
-        own = draw(rows[i], params, position + i)
+        own = choose(rows[i], params, position + i)
         if own != x:
             return i, own
-    return len(draft), draw(rows[len(draft)], params, position + len(draft))
+    return len(draft), choose(rows[len(draft)], params, position + len(draft))
 
 
 def check_prompt_fits(prompt: Sequence[int], n_ctx: int) -> None:
@@ -77,10 +91,12 @@ def generate(
     *,
     max_tokens: int,
     controller: DraftController | None = None,
+    constraint: Constraint | None = None,
 ) -> Iterator[Event]:
     """Generate after `prompt`; yield TokenEvent per emitted token, RoundEvent per round, and
     one FinishEvent last. Reuses whatever prefix of `prompt` the target has already evaluated.
     A sampled generation without a seed draws one; the FinishEvent's stats report it.
+    `constraint`: a fresh matcher (`Grammar.start`) the answer must satisfy.
     """
     if not prompt:
         raise UsageError("the prompt is empty")
@@ -109,14 +125,24 @@ def generate(
                 break
             round_started = time.perf_counter()
             left = max_tokens - stats.n_generated
-            source, k = controller.choose(
-                drafter.sources(context), remaining=left, generated=stats.n_generated
+            most = max(0, min(left - 1, room, _rollback_limit(target)))
+            forced = _forced(constraint, drafter, most)
+            if forced:
+                plan = _Plan(GRAMMAR, len(forced), 0)
+            else:
+                source, k = controller.choose(
+                    drafter.sources(context), remaining=left, generated=stats.n_generated
+                )
+                k = max(0, min(k, most))
+                plan = _Plan(source, k, _ahead_max(controller, source, k, left, room))
+            round_ = _round(
+                target, drafter, context, plan, controller, params, ahead, constraint, forced
             )
-            k = max(0, min(k, left - 1, room, _rollback_limit(target)))
-            plan = _Plan(source, k, _ahead_max(controller, source, k, left, room))
-            round_ = _round(target, drafter, context, plan, controller, params, ahead)
             event = replace(round_.event, wall_s=time.perf_counter() - round_started, k=plan.k)
-            controller.observe(event)
+            if forced:
+                stats.n_forced += event.n_accepted
+            else:
+                controller.observe(event)
             stats.record_round(event.n_drafted, event.n_accepted)
             stats.draft_hidden_s += max(event.ahead_s - event.wait_s, 0.0)
             yield event
@@ -141,6 +167,14 @@ def generate(
         stats.target_s = target.decode_seconds - target_s0
         stats.draft_s = drafter.decode_seconds - draft_s0
     yield FinishEvent(reason, stats)
+
+
+def _forced(constraint: Constraint | None, drafter: Drafter, n_max: int) -> list[int]:
+    """What the constraint allows alone from here, as a free draft (none for the target
+    alone, which drafts nothing)."""
+    if constraint is None or isinstance(drafter, NoDrafter):
+        return []
+    return constraint.forced(n_max)
 
 
 def _rollback_limit(target: LlamaBackend) -> int:
@@ -181,8 +215,18 @@ def _round(
     controller: DraftController,
     params: SamplingParams,
     ahead: DraftAhead,
+    constraint: Constraint | None = None,
+    forced: list[int] | None = None,
 ) -> _Round:
-    draft, draft_s, carried = _draft(drafter, context, plan, controller, params, ahead)
+    if forced:
+        ahead.drop()
+        draft, draft_s, carried = Draft(list(forced)), 0.0, False
+    else:
+        draft, draft_s, carried = _draft(
+            drafter, context, plan, controller, params, ahead, constraint
+        )
+        if constraint is not None:  # a forbidden token could never be accepted: cut there
+            draft = draft[: constraint.valid_prefix(draft.tokens)]
     if plan.ahead_max and draft.tokens and not target.is_eog(draft.tokens[-1]):
         tokens = [*context, *draft.tokens]
         p_min = controller.min_confidence
@@ -195,7 +239,7 @@ def _round(
     rows = target.decode(batch, range(len(batch)), copy=False)  # read before the next decode
     target_s = target.decode_seconds - target_clock
 
-    n_accepted, next_token = verify(rows, draft, params, len(context))
+    n_accepted, next_token = verify(rows, draft, params, len(context), constraint)
     # Keep pending + accepted drafts evaluated; next_token becomes the new pending token.
     target.rollback(len(context) + n_accepted)
     report = ahead.finish(n_accepted == len(draft), next_token)  # empty if none was started
@@ -220,6 +264,7 @@ def _draft(
     controller: DraftController,
     params: SamplingParams,
     ahead: DraftAhead,
+    constraint: Constraint | None = None,
 ) -> tuple[Draft, float, bool]:
     """The round's draft, the seconds it took to make, and whether it was made ahead last
     round (a draft model's draft is, when the last round went as its draft ahead guessed)."""
@@ -231,5 +276,7 @@ def _draft(
         return Draft(), 0.0, False
     clock = drafter.decode_seconds
     p_min = controller.min_confidence
-    draft = drafter.propose(context, plan.k, params, source=plan.source, min_confidence=p_min)
+    draft = drafter.propose(
+        context, plan.k, params, source=plan.source, min_confidence=p_min, constraint=constraint
+    )
     return draft, drafter.decode_seconds - clock, False

@@ -18,6 +18,8 @@ class GenerationStats:
     n_accepted: int = 0
     n_rounds: int = 0  # target verify passes
     n_draft_rounds: int = 0  # rounds in which something was drafted
+    # Of n_accepted: tokens an output constraint allowed alone, drafted without any model.
+    n_forced: int = 0
     accepted_histogram: Counter[int] = field(default_factory=Counter)  # accepted length -> rounds
     prefill_s: float = 0.0
     time_s: float = 0.0  # generation after the prefill
@@ -68,6 +70,7 @@ class GenerationStats:
             "n_accepted",
             "n_rounds",
             "n_draft_rounds",
+            "n_forced",
             "prefill_s",
             "time_s",
             "target_s",
@@ -88,6 +91,7 @@ class GenerationStats:
             "n_drafted": self.n_drafted,
             "n_accepted": self.n_accepted,
             "acceptance_rate": round(self.acceptance_rate, 4),
+            "n_forced": self.n_forced,
             "n_rounds": self.n_rounds,
             "mean_accepted_per_round": round(self.mean_accepted_per_round, 4),
             "accepted_histogram": {str(k): v for k, v in sorted(self.accepted_histogram.items())},

@@ -251,7 +251,7 @@ def test_joint_of_two_tokens_follows_the_target():
     assert chi_square(counts.ravel(), expected.ravel()) < CHI2_CRITICAL_P001[63]
 
 
-def accept_what_the_target_allows(rows, draft: Draft, params, position):
+def accept_what_the_target_allows(rows, draft: Draft, params, position, constraint=None):
     """Wrong: keeps any draft token the target could draw (p(x) > 0), not only its draw."""
     for i, x in enumerate(draft.tokens):
         if probabilities(rows[i], params)[x] == 0:
