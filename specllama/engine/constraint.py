@@ -106,8 +106,11 @@ class Grammar:
         )
         if is_error:
             raise ConstraintError(f"the {spec.describe()} cannot be compiled: {messages[0]}")
-        first = self.start()
-        if first.allowed_count() == 0:
+        try:
+            admits_something = self.start().allowed_count() > 0
+        except ConstraintError:
+            admits_something = False
+        if not admits_something:
             raise ConstraintError(f"the {spec.describe()} admits no text at all")
 
     def start(self) -> Constraint:
@@ -205,7 +208,9 @@ class Constraint:
 
     def _check(self) -> None:
         if self._matcher.is_error():
-            raise ConstraintError(f"the constraint failed: {self._matcher.get_error()}")
+            # The first line says what; the rest is llguidance's dump of its parser state.
+            error = self._matcher.get_error().splitlines()[0]
+            raise ConstraintError(f"the constraint failed: {error}")
 
 
 def compile_constraint(spec: ConstraintSpec, tokenizer: Any, n_vocab: int) -> Grammar:
