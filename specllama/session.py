@@ -21,8 +21,10 @@ from specllama.engine.drafters import (
     NgramDrafter,
     NoDrafter,
 )
-from specllama.engine.events import Event
+from specllama.engine.events import Event, FinishEvent, TokenEvent
+from specllama.engine.memory import TokenMemory
 from specllama.engine.mtp import MtpDrafter
+from specllama.engine.prediction import Prediction
 from specllama.engine.sampling import SamplingParams
 from specllama.engine.speculative import generate
 from specllama.errors import ModelLoadError, UsageError
@@ -146,6 +148,9 @@ class Engine:
                 extra_buffers=config.extra_buffers,
             )
             check_compatible(self.draft_model, self.target)
+        # Earlier prompts and answers, drafted from by n-gram lookup (all of a server's clients
+        # share it); `specllama.models.memory_store` keeps it on disk when asked to.
+        self.memory = TokenMemory()
         self.drafter = self.make_drafter(config.drafter)
         self.draft_max = config.draft_max
         self.adaptive_draft_max = config.adaptive_draft_max
@@ -162,17 +167,20 @@ class Engine:
             if self.draft_model is None:
                 raise UsageError("no draft model is loaded: start with --draft or --pair")
             model = DraftModelDrafter(self.draft_model)
-            return CombinedDrafter(model) if self.config.adaptive else model
+            return CombinedDrafter(model, self._ngram()) if self.config.adaptive else model
         if name == "mtp":
             if self.mtp_head is None:
                 raise UsageError(
                     "the model's own draft head is not loaded", hint="start with --drafter mtp"
                 )
             head = MtpDrafter(self.mtp_head)
-            return CombinedDrafter(head) if self.config.adaptive else head
+            return CombinedDrafter(head, self._ngram()) if self.config.adaptive else head
         if name == "ngram":  # adaptive: longer n-grams, whose length tells a copy from a guess
-            return NgramDrafter()
+            return self._ngram()
         return NoDrafter()
+
+    def _ngram(self) -> NgramDrafter:
+        return NgramDrafter(self.memory)
 
     def use_drafter(self, name: str) -> None:
         check_drafter(name)
@@ -215,9 +223,12 @@ class Engine:
         controller: DraftController | None = None,
         drafter: Drafter | None = None,
         constraint: Grammar | None = None,
+        prediction: list[int] | None = None,
     ) -> Iterator[Event]:
         """The loop's events, drafting with `drafter` (default: the current choice); the answer
-        satisfies `constraint` when one is given (`compile_constraint`)."""
+        satisfies `constraint` when one is given (`compile_constraint`); n-gram lookup also
+        drafts from `prediction`, the answer the client expects (its stats say how much of it
+        was kept). The prompt and the answer are remembered (`memory`) once it ends."""
         drafter = drafter or self.drafter
         if isinstance(drafter, NoDrafter):
             controller = FixedLength(0)
@@ -231,6 +242,7 @@ class Engine:
             controller=controller,
             constraint=constraint.start() if constraint is not None else None,
         )
+        events = self._remembered(events, prompt, drafter, prediction)
         return self._reviewed(events) if controller is self.controller else events
 
     def _reviewed(self, events: Iterator[Event]) -> Iterator[Event]:
@@ -238,6 +250,33 @@ class Engine:
         calibration (`review_calibration`)."""
         yield from events
         self.review_calibration()
+
+    def _remembered(
+        self,
+        events: Iterator[Event],
+        prompt: list[int],
+        drafter: Drafter,
+        prediction: list[int] | None,
+    ) -> Iterator[Event]:
+        """The loop's events, with n-gram lookup drafting from `prediction` meanwhile, and the
+        prompt and answer added to memory after (also when the consumer stops early)."""
+        ngram = _ngram_of(drafter)
+        predicted = Prediction(prediction, len(prompt)) if prediction and ngram else None
+        if ngram is not None:
+            ngram.use_prediction(predicted)
+        answer: list[int] = []
+        try:
+            for event in events:
+                if isinstance(event, TokenEvent):
+                    answer.append(event.token)
+                elif isinstance(event, FinishEvent) and predicted is not None:
+                    event.stats.prediction_accepted = predicted.accepted
+                    event.stats.prediction_rejected = predicted.rejected
+                yield event
+        finally:
+            if ngram is not None:
+                ngram.use_prediction(None)
+            self.memory.add([*prompt, *answer])
 
     # -- measured costs and the controller ------------------------------------------------
 
@@ -317,6 +356,13 @@ class Engine:
         if self.controller is None:
             self.controller = self.new_controller()
         return self.controller
+
+
+def _ngram_of(drafter: Drafter) -> NgramDrafter | None:
+    """The n-gram lookup a drafter drafts with, if any."""
+    if isinstance(drafter, NgramDrafter):
+        return drafter
+    return drafter.ngram if isinstance(drafter, CombinedDrafter) else None
 
 
 def prompt_tokens(

@@ -41,3 +41,49 @@ def test_a_calibration_the_rounds_contradict_is_measured_again(smol_f32, tmp_pat
         assert engine.calibration.source == "measured"
         assert notices and notices[0].startswith("the cached one was stale: ")
         assert engine.costs.verify(1) < 5.0  # this machine's, not the ten-second one's
+
+
+# -- memory and prediction: drafts change, the text never does ---------------------------------
+
+POEM = "Write a short poem about the sea."
+
+
+def tokens_of(engine: Engine, prompt: list[int], n: int, **options) -> tuple[list[int], object]:
+    from specllama.engine.control import FixedLength
+    from specllama.engine.events import TokenEvent
+
+    events = list(
+        engine.generate(
+            prompt, SamplingParams(), max_tokens=n, controller=FixedLength(8), **options
+        )
+    )
+    return [e.token for e in events if isinstance(e, TokenEvent)], events[-1].stats
+
+
+def test_an_answer_given_before_is_drafted_from_memory_and_is_the_same(smol_f32):
+    config = EngineConfig(target=smol_f32, drafter="ngram", n_ctx=512, n_threads=2)
+    with Engine(config) as engine:
+        prompt = engine.prompt_tokens([Message("user", POEM)])
+        cold, cold_stats = tokens_of(engine, prompt, 48)
+        warm, warm_stats = tokens_of(engine, prompt, 48)
+        assert warm == cold
+        # Remembered: nearly all of it drafted and kept, in a few rounds.
+        assert warm_stats.n_accepted >= len(warm) - 8 > cold_stats.n_accepted
+        assert warm_stats.n_rounds <= len(warm) // 6
+
+
+def test_a_prediction_right_or_wrong_leaves_the_answer_as_it_was(smol_f32):
+    config = EngineConfig(target=smol_f32, drafter="ngram", n_ctx=512, n_threads=2)
+    with Engine(config) as engine:
+        prompt = engine.prompt_tokens([Message("user", POEM)])
+        expected, _ = tokens_of(engine, prompt, 48)
+        engine.memory.load([])  # forget it: only the prediction may draft it now
+        wrong = engine.target.tokenize(" completely unrelated words here", add_bos=False)
+        edited = [*expected[:20], *wrong, *expected[24:]]
+        for prediction, kept_most in ((expected, True), (edited, True), (wrong * 8, False)):
+            engine.memory.load([])
+            answer, stats = tokens_of(engine, prompt, 48, prediction=prediction)
+            assert answer == expected
+            accepted, rejected = stats.prediction_accepted, stats.prediction_rejected
+            assert (accepted > 30) == kept_most and accepted <= len(expected)
+            assert accepted + rejected > 0

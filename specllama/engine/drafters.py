@@ -18,6 +18,8 @@ import numpy as np
 
 from specllama.engine.constraint import Constraint
 from specllama.engine.lookup import CopyIndex, Match
+from specllama.engine.memory import TokenMemory
+from specllama.engine.prediction import Prediction
 from specllama.engine.sampling import (
     SamplingParams,
     argmax,
@@ -197,22 +199,34 @@ class NgramDrafter:
     """Prompt lookup: propose what followed the longest earlier occurrence of the text's end
     (`specllama.engine.lookup`). Free to run, and strong when the answer copies (code editing,
     summaries that quote). Its source is named by the match length, "ngramN", so the policy
-    can tell a copy (N in the tens) from a coincidence (N of 1 or 2)."""
+    can tell a copy (N in the tens) from a coincidence (N of 1 or 2).
+
+    Beside the text itself it looks in a `memory` of earlier prompts and answers
+    (`specllama.engine.memory`, shared by a server's requests) and in the client's
+    `prediction` of this answer (`use_prediction`), and drafts from whichever matches longest
+    (the text itself among equals, then the prediction)."""
 
     name = "ngram"
     decode_seconds = 0.0
 
-    def __init__(self) -> None:
+    def __init__(self, memory: TokenMemory | None = None) -> None:
         self.index = CopyIndex()
-        self.match: Match | None = None  # the last match found
+        self.memory = memory
+        self.prediction: Prediction | None = None
+        self.match: Match | None = None  # the last match found in the text itself
+        self._found: _Found | None = None  # the longest match of the last text looked at
+
+    def use_prediction(self, prediction: Prediction | None) -> None:
+        """Draft from the client's prediction of this answer (None: stop)."""
+        self.prediction = prediction
 
     def sources(self, context: Sequence[int]) -> list[tuple[str, int]]:
         """("ngramN", 0): the text's last N tokens occurred before; "ngramN-mixed" when their
         earlier occurrences did not all go on the same way."""
-        match = self._match(context)
-        if match is None:
+        found = self._lookup(context)
+        if found is None:
             return []
-        return [(f"ngram{match.length}{'' if match.unanimous else '-mixed'}", 0)]
+        return [(f"ngram{found.length}{'' if found.unanimous else '-mixed'}", 0)]
 
     def propose(
         self,
@@ -221,16 +235,60 @@ class NgramDrafter:
         params: SamplingParams,
         **_: object,
     ) -> Draft:
-        match = self._match(context) if n_max > 0 else None
-        return Draft(tokens=self.index.continuation(match, n_max)) if match else Draft()
+        found = self._lookup(context) if n_max > 0 else None
+        if found is None:
+            return Draft()
+        tokens = found.continuation(n_max)
+        if found.origin == "prediction" and self.prediction is not None and tokens:
+            self.prediction.drafted(len(context), tokens)
+        return Draft(tokens=tokens)
 
-    def _match(self, context: Sequence[int]) -> Match | None:
+    def _lookup(self, context: Sequence[int]) -> _Found | None:
         self.index.sync(context)
         self.match = self.index.longest_match()
-        return self.match
+        found = []
+        if self.match is not None:
+            match = self.match
+            found.append(
+                _Found(match.length, match.unanimous, "text", self._text_continuation(match))
+            )
+        if self.prediction is not None and (predicted := self.prediction.match(context)):
+            length, rest = predicted
+            found.append(_Found(length, True, "prediction", lambda n, rest=rest: rest[:n]))
+        if self.memory is not None and (recalled := self.memory.longest_match(context)):
+            memory = self.memory
+            found.append(
+                _Found(
+                    recalled.length,
+                    recalled.occurrences == 1,
+                    "memory",
+                    lambda n, r=recalled: memory.continuation(r, n, MIN_RECALL_CHANCE),
+                )
+            )
+        self._found = max(found, key=lambda f: f.length, default=None)  # first among equals
+        return self._found
+
+    def _text_continuation(self, match: Match) -> Callable[[int], list[int]]:
+        return lambda n: self.index.continuation(match, n)
 
     def rewind(self, context: Sequence[int]) -> None:
-        pass
+        if self.prediction is not None:
+            self.prediction.settle(context)
+
+
+# A continuation recalled from memory stops where fewer than this share of the earlier
+# occurrences that matched as long went on that way (SuffixDecoding's minimum score).
+MIN_RECALL_CHANCE = 0.3
+
+
+@dataclass(frozen=True)
+class _Found:
+    """A match of the text's end in one place: the text itself, the prediction, the memory."""
+
+    length: int
+    unanimous: bool
+    origin: str
+    continuation: Callable[[int], list[int]]
 
 
 class CombinedDrafter:

@@ -20,6 +20,10 @@ class GenerationStats:
     n_draft_rounds: int = 0  # rounds in which something was drafted
     # Of n_accepted: tokens an output constraint allowed alone, drafted without any model.
     n_forced: int = 0
+    # The client's prediction of the answer: its tokens drafted and kept, drafted and thrown
+    # away (None: no prediction was given).
+    prediction_accepted: int | None = None
+    prediction_rejected: int | None = None
     accepted_histogram: Counter[int] = field(default_factory=Counter)  # accepted length -> rounds
     prefill_s: float = 0.0
     time_s: float = 0.0  # generation after the prefill
@@ -92,6 +96,8 @@ class GenerationStats:
             "n_accepted": self.n_accepted,
             "acceptance_rate": round(self.acceptance_rate, 4),
             "n_forced": self.n_forced,
+            "prediction_accepted": self.prediction_accepted,
+            "prediction_rejected": self.prediction_rejected,
             "n_rounds": self.n_rounds,
             "mean_accepted_per_round": round(self.mean_accepted_per_round, 4),
             "accepted_histogram": {str(k): v for k, v in sorted(self.accepted_histogram.items())},
