@@ -6,10 +6,12 @@ the drafter, turning messages into prompt tokens, and running the loop.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from specllama import memory_store
 from specllama.chat import Message, plain_prompt, render_chat
 from specllama.engine.constraint import ConstraintSpec, Grammar, compile_constraint
 from specllama.engine.control import DraftController, FixedLength
@@ -95,6 +97,8 @@ class EngineConfig:
     # RPC workers (HOST:PORT) for the target's offloaded layers; the draft stays here.
     rpc: tuple[str, ...] = ()
     rpc_timeout_s: float = DEFAULT_TIMEOUT_S
+    # Keep the memory of prompts and answers in this folder between runs (None: in RAM only).
+    remember: Path | None = None
 
     def __post_init__(self) -> None:
         check_drafter(self.drafter)
@@ -151,6 +155,9 @@ class Engine:
         # Earlier prompts and answers, drafted from by n-gram lookup (all of a server's clients
         # share it); `specllama.models.memory_store` keeps it on disk when asked to.
         self.memory = TokenMemory()
+        self._memory_key = ""
+        if config.remember is not None:
+            self._recall(config.remember)
         self.drafter = self.make_drafter(config.drafter)
         self.draft_max = config.draft_max
         self.adaptive_draft_max = config.adaptive_draft_max
@@ -186,12 +193,28 @@ class Engine:
         check_drafter(name)
         self.drafter = self.make_drafter(name)
 
+    def _recall(self, folder: Path) -> None:
+        """Load the memory kept for this vocabulary in `folder` (a damaged one: a notice)."""
+        self._memory_key = vocabulary_key(self.target)
+        tokens, notice = memory_store.load_tokens(folder, self._memory_key, self.target.n_vocab)
+        self.memory.load(tokens)
+        if notice:
+            self.notices.append(notice)
+
+    def save_memory(self) -> None:
+        """Write the memory to the --remember folder, if there is one."""
+        if self.config.remember is not None:
+            memory_store.save_tokens(self.config.remember, self._memory_key, self.memory.tokens())
+
     def close(self) -> None:
-        if self.mtp_head is not None:
-            self.mtp_head.close()  # before the target: its context refers to the target's
-        self.target.close()
-        if self.draft_model is not None:
-            self.draft_model.close()
+        try:
+            self.save_memory()
+        finally:
+            if self.mtp_head is not None:
+                self.mtp_head.close()  # before the target: its context refers to the target's
+            self.target.close()
+            if self.draft_model is not None:
+                self.draft_model.close()
 
     def __enter__(self) -> Engine:
         return self
@@ -356,6 +379,14 @@ class Engine:
         if self.controller is None:
             self.controller = self.new_controller()
         return self.controller
+
+
+def vocabulary_key(target: LlamaBackend) -> str:
+    """A short digest of every token's text: what a remembered token id means."""
+    digest = hashlib.sha256()
+    for token in range(target.n_vocab):
+        digest.update(target.token_text(token) + b"\0")
+    return digest.hexdigest()[:16]
 
 
 def _ngram_of(drafter: Drafter) -> NgramDrafter | None:

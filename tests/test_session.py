@@ -87,3 +87,17 @@ def test_a_prediction_right_or_wrong_leaves_the_answer_as_it_was(smol_f32):
             accepted, rejected = stats.prediction_accepted, stats.prediction_rejected
             assert (accepted > 30) == kept_most and accepted <= len(expected)
             assert accepted + rejected > 0
+
+
+def test_remembered_answers_survive_the_process_and_draft_the_next_one(smol_f32, tmp_path):
+    config = EngineConfig(
+        target=smol_f32, drafter="ngram", n_ctx=512, n_threads=2, remember=tmp_path / "mem"
+    )
+    with Engine(config) as engine:
+        prompt = engine.prompt_tokens([Message("user", POEM)])
+        first, _ = tokens_of(engine, prompt, 48)
+    assert len(list((tmp_path / "mem").glob("memory-*.npy"))) == 1
+    with Engine(config) as engine:
+        again, stats = tokens_of(engine, prompt, 48)
+        assert again == first and stats.n_accepted >= len(again) - 8
+        assert not engine.notices
