@@ -131,26 +131,15 @@ class TokenMemory:
         return self._longest(ends, tail)
 
     def _longest(self, ends: np.ndarray, tail: np.ndarray) -> MemoryMatch | None:
-        """Extend the candidate ends backwards against `tail`, all at once; keep the longest
-        (a hash collision matches less than KEY and is dropped)."""
+        """Compare the tokens before each candidate end with `tail`, backwards, all at once
+        (one row a candidate); keep the longest (a hash collision matches less than KEY and is
+        dropped)."""
         tokens = self._tokens
-        if len(ends) == 1:  # the usual case: compare the whole way in one go
-            end = int(ends[0])
-            n = min(end + 1, len(tail))
-            differ = np.flatnonzero(tokens[end - n + 1 : end + 1][::-1] != tail[::-1][:n])
-            longest = int(differ[0]) if len(differ) else n
-            if longest < KEY or tokens[end + 1] == _GAP:
-                return None
-            return MemoryMatch(longest, ends)
-        length = np.zeros(len(ends), dtype=np.int64)
-        alive = np.ones(len(ends), dtype=bool)
-        for back in range(len(tail)):
-            at = ends - back
-            same = alive & (at >= 0) & (tokens[np.maximum(at, 0)] == tail[-1 - back])
-            length += same
-            alive = same
-            if not alive.any():
-                break
+        back = np.arange(len(tail))
+        at = ends[:, None] - back[None, :]
+        same = (at >= 0) & (tokens[np.maximum(at, 0)] == tail[::-1][None, :])
+        # The length of each row's leading run of matches (all of it when no mismatch).
+        length = np.where(same.all(axis=1), len(tail), np.argmin(same, axis=1))
         longest = int(length.max())
         if longest < KEY:
             return None
