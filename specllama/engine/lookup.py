@@ -28,7 +28,8 @@ RECENT = 256  # occurrences of a pair looked at, the latest first
 @dataclass(frozen=True)
 class Match:
     """The text's last `length` tokens also end at `end`, earlier; `occurrences` earlier places
-    match that long, and `agreeing` of them are followed by the same token as `end` is."""
+    match that long, and `agreeing` of them are followed by the same token as `end` is (the
+    continuation most of them share)."""
 
     length: int
     end: int
@@ -116,9 +117,13 @@ class CopyIndex:
                 break
             alive, longest = alive[same], longest + 1
         longest = min(longest, limit)
-        chosen = int(alive[-1])
-        agreeing = int(np.count_nonzero(text[alive + 1] == text[chosen + 1]))
-        return Match(longest, chosen, len(alive), agreeing)
+        # Where the occurrences went on differently, the continuation seen most often (the
+        # latest among equals): SuffixDecoding's weighing, not simply the latest.
+        nexts = text[alive + 1]
+        values, counts = np.unique(nexts, return_counts=True)
+        tied = values[counts == counts.max()]
+        chosen = int(alive[np.isin(nexts, tied)][-1])
+        return Match(longest, chosen, len(alive), int(counts.max()))
 
     def continuation(self, match: Match, n: int) -> list[int]:
         """Up to n tokens that followed the match's earlier occurrence."""

@@ -11,7 +11,8 @@ from specllama.engine.sampling import SamplingParams
 
 
 def brute_force(text: list[int]) -> Match | None:
-    """Every earlier end position, its match length, the longest (latest among equals)."""
+    """Every earlier end position, its match length, the longest; among those the one whose
+    continuation most of them share (the latest among equals)."""
     last = len(text) - 1
     lengths = {}
     for end in range(last):  # an end with a continuation: before the last position
@@ -24,8 +25,9 @@ def brute_force(text: list[int]) -> Match | None:
         return None
     longest = max(lengths.values())
     ends = [e for e, n in lengths.items() if n == longest]
-    chosen = ends[-1]
-    agreeing = sum(text[e + 1] == text[chosen + 1] for e in ends)
+    votes = {e: sum(text[f + 1] == text[e + 1] for f in ends) for e in ends}
+    agreeing = max(votes.values())
+    chosen = [e for e in ends if votes[e] == agreeing][-1]
     return Match(longest, chosen, len(ends), agreeing)
 
 
@@ -114,3 +116,11 @@ def test_the_drafter_names_its_source_by_the_match_length() -> None:
         25,
     ]
     assert drafter.sources([1, 2, 3]) == []
+
+
+def test_where_earlier_occurrences_disagree_the_continuation_most_share_is_drafted() -> None:
+    # "1 2" went on with 7, 7, then 9 (the latest); the text ends with "1 2" again.
+    index = indexed([1, 2, 7, 5, 1, 2, 7, 6, 1, 2, 9, 4, 1, 2])
+    match = index.longest_match()
+    assert (match.occurrences, match.agreeing) == (3, 2)
+    assert index.continuation(match, 1) == [7]
