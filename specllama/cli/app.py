@@ -25,8 +25,10 @@ from specllama.cli.options import (
     ExtraBuffers,
     GpuLayers,
     GpuLayersDraft,
+    GrammarFile,
     JsonlOut,
     JsonOut,
+    JsonSchemaFile,
     LocalOpt,
     MaxTokens,
     Measure,
@@ -47,6 +49,8 @@ from specllama.cli.options import (
     calibrate_with_notice,
     check_max_tokens,
     check_rpc_build,
+    compile_rule,
+    constraint_spec,
     engine_config,
     fetch_model,
     friendly_errors,
@@ -111,6 +115,8 @@ def run(
     json_out: JsonOut = False,
     jsonl_out: JsonlOut = False,
     adaptive: Adaptive = True,
+    json_schema: JsonSchemaFile = None,
+    grammar: GrammarFile = None,
 ) -> None:
     """Answer one prompt: the text on stdout, a one-line summary on stderr."""
     if json_out and jsonl_out:
@@ -119,6 +125,7 @@ def run(
     # Every check of the user's input before anything is downloaded or loaded.
     text = read_prompt(prompt)
     check_max_tokens(max_tokens)
+    spec = constraint_spec(json_schema, grammar)
     config = engine_config(
         pair=pair,
         target=target,
@@ -139,11 +146,12 @@ def run(
     with Engine(config) as engine:
         tokens = engine.prompt_tokens(messages, chat_template=not no_chat_template)
         check_prompt_fits(tokens, engine.target.n_ctx)  # before measuring costs
+        rule = compile_rule(engine, spec)
         calibrate_with_notice(engine)
         pieces: list[str] = []
         stream = engine.target_text_stream()
         finish: FinishEvent | None = None
-        for event in engine.generate(tokens, params, max_tokens=max_tokens):
+        for event in engine.generate(tokens, params, max_tokens=max_tokens, constraint=rule):
             if isinstance(event, TokenEvent):
                 piece = stream.feed(event.token)
                 pieces.append(piece)
@@ -201,11 +209,14 @@ def chat(
     no_color: NoColor = False,
     record: Record = None,
     adaptive: Adaptive = True,
+    json_schema: JsonSchemaFile = None,
+    grammar: GrammarFile = None,
 ) -> None:
     """Chat in the terminal: answers stream coloured by origin, with live stats (/help)."""
     from specllama.cli import repl
 
     params = SamplingParams(temperature, top_k, top_p, min_p, seed)
+    spec = constraint_spec(json_schema, grammar)
     config = engine_config(
         pair=pair,
         target=target,
@@ -225,6 +236,7 @@ def chat(
     with ui.stderr_console(color=view.color).status("loading models…"):
         engine = Engine(config)
     with engine:
+        rule = compile_rule(engine, spec)
         calibrate_with_notice(engine)  # before the first turn, not inside it
         code = repl.chat(
             engine,
@@ -234,6 +246,7 @@ def chat(
             system=system,
             chat_template=not no_chat_template,
             record=record,
+            constraint=rule,
         )
     raise typer.Exit(code)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import os
 import sys
 from collections.abc import Callable
@@ -21,8 +22,9 @@ from rich.markup import escape
 from specllama.cli import catalog_view, ui
 from specllama.cli.catalog_view import ProgressFor, download_progress
 from specllama.cli.local_cmd import auto_draft
+from specllama.engine.constraint import ConstraintSpec, Grammar
 from specllama.engine.drafters import NoDrafter
-from specllama.errors import RpcError, SpecllamaError, UsageError
+from specllama.errors import ConstraintError, RpcError, SpecllamaError, UsageError
 from specllama.llama import amx, rpc
 from specllama.llama.backend import build_facts
 from specllama.models import hub
@@ -178,6 +180,80 @@ JsonlOut = Annotated[
     bool,
     typer.Option("--jsonl", help="Stream JSON lines: one per token, then one with the stats."),
 ]
+JsonSchemaFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--json-schema",
+        metavar="FILE",
+        help="Every answer is JSON that satisfies this JSON Schema (a .json file), enforced "
+        "token by token; the same text with any drafter.",
+    ),
+]
+GrammarFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--grammar",
+        metavar="FILE",
+        help="Every answer follows this grammar: GBNF (llama.cpp's), or llguidance's Lark "
+        "dialect in a .lark file.",
+    ),
+]
+
+
+def constraint_spec(json_schema: Path | None, grammar: Path | None) -> ConstraintSpec | None:
+    """--json-schema FILE or --grammar FILE -> what every answer must be (None: free text).
+    The files are read and the schema parsed here, before any model loads; whether it
+    compiles is the engine's to say (`Engine.compile_constraint`)."""
+    if json_schema is not None and grammar is not None:
+        raise UsageError("--json-schema and --grammar exclude each other: pick one")
+    if json_schema is not None:
+        text = _read_constraint_file(json_schema, "--json-schema")
+        try:
+            schema = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise UsageError(
+                f"--json-schema {json_schema} is not JSON: {exc.msg} (line {exc.lineno}, "
+                f"column {exc.colno})"
+            ) from None
+        if not isinstance(schema, dict | bool):
+            raise UsageError(
+                f"--json-schema {json_schema} is not a JSON Schema: it holds a JSON "
+                f"{type(schema).__name__}, not an object"
+            )
+        return ConstraintSpec.json_schema(schema)
+    if grammar is not None:
+        text = _read_constraint_file(grammar, "--grammar")
+        kind = "lark" if grammar.suffix.lower() == ".lark" else "gbnf"
+        return ConstraintSpec(kind, text)
+    return None
+
+
+def compile_rule(engine: Engine, spec: ConstraintSpec | None) -> Grammar | None:
+    """`spec` compiled for the loaded target (None: free text). llguidance's compile errors
+    carry a dump of the grammar under their first line; the first line says what is wrong."""
+    if spec is None:
+        return None
+    try:
+        return engine.compile_constraint(spec)
+    except ConstraintError as exc:
+        first = str(exc).splitlines()[0].rstrip()
+        raise ConstraintError(first, hint=exc.hint) from None
+
+
+def _read_constraint_file(path: Path, option: str) -> str:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UsageError(f"{option} {path}: no such file") from None
+    except IsADirectoryError:
+        raise UsageError(f"{option} {path} is a folder, not a file") from None
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{option} {path} is not UTF-8 text (byte {exc.start})") from None
+    except OSError as exc:
+        raise UsageError(f"{option} {path} cannot be read: {exc.strerror}") from None
+    if not text.strip():
+        raise UsageError(f"{option} {path} is empty")
+    return text
 
 
 def resolve_models(

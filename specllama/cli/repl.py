@@ -20,6 +20,7 @@ from typing import Any
 
 from specllama.chat import INTERRUPTED_MARK, Conversation, Message
 from specllama.cli.ui import ChatView, answer_summary, live_line
+from specllama.engine.constraint import Grammar
 from specllama.engine.events import FinishEvent, RoundEvent, TokenEvent
 from specllama.engine.sampling import SamplingParams
 from specllama.engine.stats import GenerationStats, LiveCounter, TargetRate
@@ -117,8 +118,10 @@ class ChatSession:
         max_tokens: int,
         system: str | None = None,
         chat_template: bool = True,
+        constraint: Grammar | None = None,
     ) -> None:
         self.engine = engine
+        self.constraint = constraint  # every answer follows it (--json-schema, --grammar)
         self.view = view
         self.params = params
         self.max_tokens = max_tokens
@@ -289,7 +292,9 @@ class ChatSession:
         pieces: list[str] = []
         finish: FinishEvent | None = None
         params = self.params.with_seed()  # drawn here, so that an interrupted answer reports it
-        events = engine.generate(prompt, params, max_tokens=self.max_tokens)
+        events = engine.generate(
+            prompt, params, max_tokens=self.max_tokens, constraint=self.constraint
+        )
         view.answer_begin()
         try:
             with deferred_sigint() as interrupt:
@@ -476,6 +481,7 @@ def chat(
     system: str | None,
     chat_template: bool,
     record: Path | None = None,
+    constraint: Grammar | None = None,
 ) -> int:
     session = ChatSession(
         engine,
@@ -484,6 +490,7 @@ def chat(
         max_tokens=max_tokens,
         system=system,
         chat_template=chat_template,
+        constraint=constraint,
     )
     samples = measure_target_step(engine.target)
     for seconds in samples:
