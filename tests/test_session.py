@@ -101,3 +101,23 @@ def test_remembered_answers_survive_the_process_and_draft_the_next_one(smol_f32,
         again, stats = tokens_of(engine, prompt, 48)
         assert again == first and stats.n_accepted >= len(again) - 8
         assert not engine.notices
+
+
+def test_a_seed_gives_the_same_text_with_the_memory_warm_and_any_prediction(smol_f32, smol_q4):
+    from specllama.engine.events import TokenEvent
+
+    config = EngineConfig(target=smol_f32, draft=smol_q4, drafter="model", n_ctx=512, n_threads=2)
+    params = SamplingParams(temperature=0.8, seed=2024)
+    with Engine(config) as engine:
+        prompt = engine.prompt_tokens([Message("user", POEM)])
+
+        def sampled(**options) -> list[int]:
+            events = engine.generate(prompt, params, max_tokens=40, **options)
+            return [e.token for e in events if isinstance(e, TokenEvent)]
+
+        alone = sampled(drafter=engine.make_drafter("none"))
+        assert len(engine.memory) > len(prompt)  # remembered: the rest draft from it too
+        assert sampled() == alone  # the adaptive default, recalling the answer
+        other = engine.target.tokenize(" the waves are made of glass", add_bos=False)
+        assert sampled(prediction=other * 6) == alone
+        assert sampled(prediction=alone) == alone
