@@ -23,6 +23,7 @@ from specllama.engine.drafters import (
     NgramDrafter,
     NoDrafter,
 )
+from specllama.engine.eagle3 import Eagle3Drafter
 from specllama.engine.events import Event, FinishEvent, TokenEvent
 from specllama.engine.memory import TokenMemory
 from specllama.engine.mtp import MtpDrafter
@@ -32,6 +33,7 @@ from specllama.engine.speculative import generate
 from specllama.errors import ModelLoadError, UsageError
 from specllama.llama import gguf_info, rpc
 from specllama.llama.backend import LlamaBackend, build_facts, default_threads
+from specllama.llama.eagle3 import Eagle3Head
 from specllama.llama.grammar import tokenizer_for
 from specllama.llama.mtp import MtpHead, mtp_support
 from specllama.llama.rpc import DEFAULT_TIMEOUT_S
@@ -68,11 +70,22 @@ def mtp_problem(target: Path) -> str | None:
     return mtp_support()
 
 
+def head_kind(draft: Path | None) -> str | None:
+    """The drafter a draft file needs when it is a draft head ("eagle3"), else None."""
+    if draft is None:
+        return None
+    try:
+        return gguf_info.read_header(draft).head_kind
+    except ModelLoadError:
+        return None  # loading it says what is wrong, in its own words
+
+
 def default_drafter(target: Path, draft: Path | None, *, draft_named: bool) -> str:
-    """The drafter when none is asked for: a draft the user named; else the target's own MTP
-    head where it has one and it runs here; else a draft found, or n-gram lookup."""
+    """The drafter when none is asked for: a draft the user named (as the head it is, for a
+    draft head's file); else the target's own MTP head where it has one and it runs here; else
+    a draft found, or n-gram lookup."""
     if draft is not None and draft_named:
-        return "model"
+        return head_kind(draft) or "model"
     if mtp_problem(target) is None:
         return "mtp"
     return "model" if draft is not None else "ngram"
@@ -108,6 +121,8 @@ class EngineConfig:
             raise UsageError(f"--ctx must be at least 16, got {self.n_ctx}")
         if self.drafter == "model" and self.draft is None:
             raise UsageError("--drafter model needs a draft model (--draft or --pair)")
+        if self.drafter == "eagle3" and self.draft is None:
+            raise UsageError("--drafter eagle3 needs the head's file (--draft FILE.gguf)")
 
     @property
     def mtp(self) -> bool:
@@ -120,6 +135,11 @@ class Engine:
 
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
+        if kind := head_kind(config.target):
+            raise UsageError(
+                f"{config.target.name} is a draft head, not a target",
+                hint=f"pass it as --draft (--drafter {kind}) beside the model it drafts for",
+            )
         # A first look at the workers, where a failure is an error and not llama.cpp's abort.
         self.workers: list[rpc.Worker] = []
         if config.rpc:
@@ -142,8 +162,18 @@ class Engine:
                 "roll them back (no n_rs_seq): the target runs alone, without drafts"
             )
         self.mtp_head = MtpHead(self.target) if config.mtp else None
+        self.eagle3_head: Eagle3Head | None = None
+        if config.drafter == "eagle3" and config.draft is not None:
+            self.eagle3_head = Eagle3Head(
+                self.target, config.draft, n_gpu_layers=config.n_gpu_layers_draft
+            )
         self.draft_model: LlamaBackend | None = None
         if config.draft is not None and config.drafter == "model":
+            if kind := head_kind(config.draft):
+                raise UsageError(
+                    f"{config.draft.name} is a draft head, not a model that runs alone",
+                    hint=f"--drafter {kind}",
+                )
             self.draft_model = LlamaBackend(
                 config.draft,
                 n_ctx=config.n_ctx,
@@ -166,7 +196,7 @@ class Engine:
 
     def drafter_choices(self) -> list[str]:
         """The drafters `make_drafter` can make with the models loaded."""
-        loaded = [("model", self.draft_model), ("mtp", self.mtp_head)]
+        loaded = [("model", self.draft_model), ("mtp", self.mtp_head), ("eagle3", self.eagle3_head)]
         return [*(name for name, part in loaded if part is not None), "ngram", "none"]
 
     def make_drafter(self, name: str) -> Drafter:
@@ -182,6 +212,11 @@ class Engine:
                 )
             head = MtpDrafter(self.mtp_head)
             return CombinedDrafter(head, self._ngram()) if self.config.adaptive else head
+        if name == "eagle3":
+            if self.eagle3_head is None:
+                raise UsageError("no EAGLE-3 head is loaded", hint="start with --draft HEAD.gguf")
+            eagle = Eagle3Drafter(self.eagle3_head)
+            return CombinedDrafter(eagle, self._ngram()) if self.config.adaptive else eagle
         if name == "ngram":  # adaptive: longer n-grams, whose length tells a copy from a guess
             return self._ngram()
         return NoDrafter()
@@ -212,6 +247,8 @@ class Engine:
         finally:
             if self.mtp_head is not None:
                 self.mtp_head.close()  # before the target: its context refers to the target's
+            if self.eagle3_head is not None:
+                self.eagle3_head.close()  # so does this one
             self.target.close()
             if self.draft_model is not None:
                 self.draft_model.close()
@@ -311,7 +348,7 @@ class Engine:
             self.calibration = calibration.load_or_measure(
                 self._calibration_key(),
                 self.target,
-                self.draft_model or self.mtp_head,
+                self.draft_model or self.mtp_head or self.eagle3_head,
                 refresh=refresh,
                 on_measure=on_measure,
                 side_by_side=self.both_on_gpu,
@@ -323,7 +360,8 @@ class Engine:
         return self.calibration.costs if self.calibration is not None else None
 
     def _calibration_key(self) -> dict[str, object]:
-        draft = self.config.draft if self.draft_model is not None else None
+        loaded = self.draft_model or self.eagle3_head
+        draft = self.config.draft if loaded is not None else None
         return calibration.calibration_key(
             self.config.target,
             self.config.target if self.mtp_head is not None else draft,  # its own head

@@ -108,7 +108,8 @@ DrafterOpt = Annotated[
     str | None,
     typer.Option(
         "--drafter",
-        help="model, mtp (the target's own draft head), ngram, or none (the target alone). "
+        help="model, mtp (the target's own draft head), eagle3 (the head in --draft's file), "
+        "ngram, or none (the target alone). "
         "Default: a --draft named, else mtp where the target has it, else model if a draft.",
     ),
 ]
@@ -336,7 +337,7 @@ def engine_config(
         gpu_layers = -1 if workers else offload
     return EngineConfig(
         target=target_path,
-        draft=draft_path if drafter == "model" else None,
+        draft=draft_path if drafter in ("model", "eagle3") else None,
         drafter=drafter,
         draft_max=draft_max,
         adaptive_draft_max=adaptive_draft_max,

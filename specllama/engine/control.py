@@ -13,6 +13,8 @@ from specllama.engine.events import RoundEvent
 MODEL = "model"  # the draft model
 NGRAM = "ngram"  # "ngramN": a lookup in the text so far, on a match of N tokens
 MTP = "mtp"  # the target's own draft head
+# Draft heads in their own file, drafting like an MTP head (their costs and lengths are MTP's).
+HEADS = ("eagle3",)
 PLAIN = "plain"  # a round that drafts nothing
 GRAMMAR = "grammar"  # tokens an output constraint allows alone, drafted without any model
 # Kinds whose drafts cost a decode per token (and a catch-up on what they have not seen).
@@ -20,11 +22,14 @@ STEPPED = (MODEL, MTP)
 
 
 def kind_of(source: str) -> str:
-    """ "model", "mtp", "ngram" (for any "ngramN"), "grammar" or "plain" (no source)."""
+    """ "model", "mtp" (also for a head in `HEADS`), "ngram" (for any "ngramN"), "grammar" or
+    "plain" (no source)."""
     if not source:
         return PLAIN
     if source.startswith(NGRAM):
         return NGRAM
+    if source in HEADS:
+        return MTP
     return source if source in (MTP, GRAMMAR) else MODEL
 
 

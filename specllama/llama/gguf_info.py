@@ -91,6 +91,11 @@ class GgufHeader:
         return arch.endswith("-assistant")
 
     @property
+    def head_kind(self) -> str | None:
+        """The drafter a draft-head file needs ("eagle3"), None for a model that runs alone."""
+        return "eagle3" if self.architecture == "eagle3" else None
+
+    @property
     def quant(self) -> str | None:
         if self.file_type is None:
             return None

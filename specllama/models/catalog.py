@@ -29,7 +29,7 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 CATALOG_ENV = "SPECLLAMA_CATALOG"
-DRAFTERS = ("model", "mtp", "ngram", "none")
+DRAFTERS = ("model", "mtp", "eagle3", "ngram", "none")  # eagle3: a head in its own GGUF
 # A pair that drafts with multi-token prediction layers: the target's own (no `draft`: the
 # pair's draft is the target itself) or an MTP assistant file (`draft`, e.g. Gemma 4's).
 MTP = "mtp"

@@ -84,6 +84,8 @@ PRIORS = {
     MODEL: 0.8,
     # The MTP heads of Qwen3.5/3.6 and GLM are reported at 60-80% per drafted token.
     MTP: 0.7,
+    # An EAGLE-3 head: taken as an MTP head until its rounds say otherwise (nothing measured).
+    "eagle3": 0.7,
     "ngram3": 0.7,
     "ngram3-mixed": 0.2,
     "ngram4": 0.75,

@@ -1,0 +1,350 @@
+"""An EAGLE-3 draft head: a one-layer model in its own GGUF (architecture "eagle3") that drafts
+from the target's hidden states, run in a second llama.cpp context beside the target's.
+
+The head names three target layers (`eagle3.target_layers`). The target's context writes the
+input of each of them for every token it evaluates (`llama_set_embeddings_layer_inp`), kept
+here by position (`HiddenRows`, the three rows side by side). The head's encoder (`fc`, run by
+`llama_encode`) fuses the three rows of position p into one row g[p]; its decoder at position p
+reads the pair (token x[p+1], g[p]) and predicts x[p+2]. So the head's cache at position j
+holds the token at j+1: `self.tokens` is the text shifted by one. Drafting on from its own
+guess, the head pairs the guess with its own pre-norm row of the step before, as MTP does.
+
+llama.cpp drives it the same way (common/speculative.cpp, `draft-eagle3`): encode the verified
+rows, decode the pairs, then one decode per drafted token. It encodes the whole verify batch,
+rejected drafts included; this encodes only what the target kept.
+
+The staging calls (`llama-ext.h`) are exported under C++-mangled names; this llama-cpp-python
+binds the nextn ones but not the layer-input ones, so they are bound here, by name, and probed
+once (`eagle3_support`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import time
+from collections.abc import Sequence
+from functools import cache
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+
+from specllama.errors import ModelLoadError, SpecllamaError, UsageError
+from specllama.llama.backend import EvaluatedTokens, LlamaBackend, _llama, fill_batch
+from specllama.llama.mtp import HiddenRows, mtp_support
+
+ARCHITECTURE = "eagle3"
+_ROWS_KEPT_BEHIND = 64
+_OUTPUTS_AT_MOST = 16  # pairs in the decode that outputs (`_decode`)
+_N_TARGET_LAYERS = 3  # llama.cpp's EAGLE-3 reads exactly three
+# (name, mangled name (Itanium ABI), argument types, result type); ctypes types filled in
+# `_bind`, where llama_cpp is imported.
+_STAGING = (
+    ("set_layer_inp", "_Z30llama_set_embeddings_layer_inpP13llama_contextjb"),
+    ("get_layer_inp", "_Z30llama_get_embeddings_layer_inpP13llama_contextj"),
+    ("target_layer_ids", "_Z28llama_model_target_layer_idsPK11llama_model"),
+    ("target_layer_ids_n", "_Z30llama_model_target_layer_ids_nPK11llama_model"),
+)
+
+
+@cache
+def _bind() -> SimpleNamespace | str:
+    """The staging calls, or what is missing (one line)."""
+    lib = _llama()
+    reason = mtp_support()  # the nextn calls, ctx_type and ctx_other: shared with MTP
+    if reason is not None:
+        return reason.replace("MTP heads", "EAGLE-3 heads")
+    from llama_cpp import llama_cpp as bindings
+
+    shared = bindings._lib  # the loaded libllama
+    missing = [name for name, symbol in _STAGING if not hasattr(shared, symbol)]
+    if missing:
+        return (
+            f"this llama-cpp-python ({lib.__version__}) cannot run EAGLE-3 heads "
+            f"(its llama.cpp lacks {', '.join(missing)})"
+        )
+    ctx, model = lib.llama_context_p_ctypes, lib.llama_model_p_ctypes
+    f32 = ctypes.POINTER(ctypes.c_float)
+    signatures = {
+        "set_layer_inp": ([ctx, ctypes.c_uint32, ctypes.c_bool], None),
+        "get_layer_inp": ([ctx, ctypes.c_uint32], f32),
+        "target_layer_ids": ([model], ctypes.POINTER(ctypes.c_int32)),
+        "target_layer_ids_n": ([model], ctypes.c_uint32),
+    }
+    calls = {}
+    for name, symbol in _STAGING:
+        function = getattr(shared, symbol)
+        function.argtypes, function.restype = signatures[name]
+        calls[name] = function
+    from llama_cpp import llama_cpp_ext
+
+    return SimpleNamespace(**calls, ext=llama_cpp_ext)
+
+
+def eagle3_support() -> str | None:
+    """None when this llama-cpp-python can run EAGLE-3 heads, else what it lacks (one line)."""
+    bound = _bind()
+    return bound if isinstance(bound, str) else None
+
+
+def _meta(lib, model, key: str) -> str | None:
+    buffer = ctypes.create_string_buffer(256)
+    if lib.llama_model_meta_val_str(model, key.encode(), buffer, len(buffer)) < 0:
+        return None
+    return buffer.value.decode(errors="replace")
+
+
+def pairing_problem(
+    head_name: str,
+    target_name: str,
+    *,
+    architecture: str | None,
+    layer_ids: Sequence[int],
+    hidden_size: int | None,
+    head_vocab: int,
+    target_layers: int,
+    target_embd: int,
+    target_vocab: int,
+) -> str | None:
+    """Why this head cannot draft for this target (one line), or None."""
+    if architecture != ARCHITECTURE:
+        return f"{head_name} is not an EAGLE-3 head (architecture {architecture})"
+    if len(layer_ids) != _N_TARGET_LAYERS:
+        return f"{head_name} names {len(layer_ids)} target layers; EAGLE-3 reads 3"
+    if hidden_size is not None and hidden_size != target_embd:
+        return f"{head_name} drafts for a model {hidden_size} wide; {target_name} is {target_embd}"
+    beyond = [i for i in layer_ids if not 0 <= i < target_layers]
+    if beyond:
+        return (
+            f"{head_name} reads layer {beyond[0]} of its target; {target_name} has "
+            f"{target_layers} layers"
+        )
+    if head_vocab != target_vocab:
+        return (
+            f"{head_name} has a vocabulary of {head_vocab} tokens; {target_name} has {target_vocab}"
+        )
+    return None
+
+
+class Eagle3Head(EvaluatedTokens):
+    """An EAGLE-3 head for `target`, in its own context (own KV cache, sequence 0).
+
+    `self.tokens[j]` is the token at position j+1 of the text, paired with the fused target
+    row of position j. The first `self.n_exact` were paired with the target's rows; drafting
+    on pairs guesses with the head's own rows, so those are dropped before the next catch-up.
+    """
+
+    kind = "eagle3"
+
+    def __init__(
+        self, target: LlamaBackend, path: str | Path, *, n_gpu_layers: int = 0, n_batch: int = 512
+    ) -> None:
+        bound = _bind()
+        if isinstance(bound, str):
+            raise UsageError(bound, hint="--drafter ngram or model; upgrade llama-cpp-python")
+        lib = _llama()
+        self._lib, self._calls, self._ext, self.target = lib, bound, bound.ext, target
+        self.path = Path(path)
+        model_params = lib.llama_model_default_params()
+        model_params.n_gpu_layers = n_gpu_layers
+        self._model = lib.llama_model_load_from_file(str(self.path).encode(), model_params)
+        if not self._model:
+            raise ModelLoadError(f"llama.cpp could not load the draft head {self.path}")
+        self._ctx = None
+        try:
+            self._check_pairing()
+            self._make_context(n_batch)
+        except SpecllamaError:
+            lib.llama_model_free(self._model)
+            raise
+        self.tokens: list[int] = []
+        self.n_exact = 0
+        self.n_decoded = 0  # pairs evaluated over the lifetime (reuse shows up here)
+        self.decode_seconds = 0.0
+
+    def _check_pairing(self) -> None:
+        lib, calls, model, target = self._lib, self._calls, self._model, self.target
+        arch = _meta(lib, model, "general.architecture")
+        n_ids = calls.target_layer_ids_n(model) if arch == ARCHITECTURE else 0
+        pointer = calls.target_layer_ids(model) if n_ids else None
+        self.layer_ids = [int(pointer[i]) for i in range(n_ids)] if pointer else []
+        hidden = _meta(lib, model, f"{ARCHITECTURE}.target_hidden_size")
+        target_model = target._model
+        problem = pairing_problem(
+            self.path.name,
+            target.path.name,
+            architecture=arch,
+            layer_ids=self.layer_ids,
+            hidden_size=int(hidden) if hidden and hidden.isdigit() else None,
+            head_vocab=lib.llama_vocab_n_tokens(lib.llama_model_get_vocab(model)),
+            target_layers=lib.llama_model_n_layer(target_model),
+            target_embd=lib.llama_model_n_embd(target_model),
+            target_vocab=target.n_vocab,
+        )
+        if problem is not None:
+            raise UsageError(problem, hint="pass the head made for this target with --draft")
+
+    def _make_context(self, n_batch: int) -> None:
+        lib, target = self._lib, self.target
+        params = lib.llama_context_default_params()
+        params.n_ctx = target.n_ctx
+        params.n_batch = params.n_ubatch = n_batch
+        params.n_threads = params.n_threads_batch = target.n_threads
+        params.ctx_other = target._ctx  # the target's token embeddings (and head, if shared)
+        if target.exact:  # as the target: F32 cache, no flash attention
+            params.type_k = params.type_v = lib.GGML_TYPE_F32
+            params.flash_attn_type = lib.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        self._ctx = lib.llama_init_from_model(self._model, params)
+        if not self._ctx:
+            raise ModelLoadError(f"llama.cpp could not create a context for {self.path}")
+        self._memory = lib.llama_get_memory(self._ctx)
+        self.n_batch = min(lib.llama_n_batch(self._ctx), lib.llama_n_ubatch(self._ctx))
+        self.n_embd = lib.llama_model_n_embd(self._model)
+        self.n_embd_target = lib.llama_model_n_embd(target._model)
+        self.n_vocab = target.n_vocab
+        width = _N_TARGET_LAYERS * self.n_embd_target
+        # The target writes its layers' inputs for every batch token; the head its pre-norm row
+        # for its outputs (and g for every encoded row).
+        for layer in self.layer_ids:
+            self._calls.set_layer_inp(target._ctx, layer, True)
+        self._ext.llama_set_embeddings_nextn(self._ctx, True, True)
+        self.features = HiddenRows(width)
+        target.on_decoded = self._keep_target_rows
+        self._encode_batch = lib.llama_batch_init(self.n_batch, width, 1)
+        self._batch = lib.llama_batch_init(self.n_batch, self.n_embd, 1)
+        self._token_ids = (lib.llama_token * self.n_batch)()
+        self._batch.token = self._token_ids  # a batch entry carries a token and a row
+
+    def close(self) -> None:
+        if getattr(self, "_ctx", None):
+            lib = self._lib
+            self.target.on_decoded = None
+            for layer in self.layer_ids:
+                self._calls.set_layer_inp(self.target._ctx, layer, False)
+            self._batch.token = None  # ours, not llama_batch_init's: it must not free it
+            lib.llama_batch_free(self._batch)
+            lib.llama_batch_free(self._encode_batch)
+            lib.llama_free(self._ctx)
+            lib.llama_model_free(self._model)
+            self._ctx = None
+
+    def __del__(self) -> None:
+        self.close()
+
+    def _keep_target_rows(self, start: int, n_tokens: int) -> None:
+        n = self.n_embd_target
+        rows = np.empty((n_tokens, _N_TARGET_LAYERS * n), dtype=np.float32)
+        for k, layer in enumerate(self.layer_ids):
+            pointer = self._calls.get_layer_inp(self.target._ctx, layer)
+            rows[:, k * n : (k + 1) * n] = np.ctypeslib.as_array(pointer, shape=(n_tokens, n))
+        self.features.write(start, rows)
+
+    # -- drafting ---------------------------------------------------------------------------
+
+    def catch_up(self, context: Sequence[int]) -> tuple[np.ndarray, np.ndarray] | None:
+        """Evaluate the pairs the head has not seen of `context` (all but its last token
+        evaluated by the target); return (logits, own row) for the token after `context`, or
+        None for a context of one token (nothing to pair it with)."""
+        if len(context) < 2:
+            return None
+        shifted = context[1:]
+        keep = min(self.common_prefix(shifted), self.n_exact, len(shifted) - 1)
+        self.rollback(keep)
+        # The last few pairs in one decode that outputs them all (see `_decode`), any before
+        # them in decodes that output nothing.
+        last = max(keep, len(shifted) - _OUTPUTS_AT_MOST)
+        for start in range(keep, last, self.n_batch):
+            stop = min(start + self.n_batch, last)
+            fused = self._encode(self.features.read(start, stop))
+            self._decode(shifted[start:stop], fused, outputs=False)
+        fused = self._encode(self.features.read(last, len(shifted)))
+        out = self._decode(shifted[last:], fused)
+        self.n_exact = len(shifted)
+        # A next turn of a chat may part from this text a little before its end.
+        self.features.release_before(len(shifted) - _ROWS_KEPT_BEHIND)
+        assert out is not None
+        return out
+
+    def step(self, token: int, own_row: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Draft on: evaluate a guessed token with the head's own row; (logits, row) after it."""
+        out = self._decode([token], own_row[None, :])
+        assert out is not None
+        return out
+
+    def _encode(self, features: np.ndarray) -> np.ndarray:
+        """The head's fusion of the target's rows: one row g per position (a copy)."""
+        lib, batch, n = self._lib, self._encode_batch, len(features)
+        # The encoder uses no positions, but llama.cpp checks that they go on from its cache's.
+        for i in range(n):
+            batch.pos[i] = self.n_past + i
+            batch.n_seq_id[i] = 1
+            batch.seq_id[i][0] = 0
+            batch.logits[i] = True
+        batch.n_tokens = n
+        features = np.ascontiguousarray(features, dtype=np.float32)
+        ctypes.memmove(batch.embd, features.ctypes.data, features.nbytes)
+        started = time.perf_counter()
+        status = lib.llama_encode(self._ctx, batch)
+        if status != 0:
+            raise SpecllamaError(f"llama.cpp failed to encode for the EAGLE-3 head ({status})")
+        pointer = self._ext.llama_get_embeddings_nextn(self._ctx)
+        fused = np.ctypeslib.as_array(pointer, shape=(n, self.n_embd)).copy()
+        self.decode_seconds += time.perf_counter() - started
+        return fused
+
+    def _decode(
+        self, tokens: Sequence[int], rows: np.ndarray, *, outputs: bool = True
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """Evaluate tokens paired with rows; return the logits (valid until the next decode)
+        and the head's pre-norm row after the last (None without `outputs`).
+
+        llama.cpp's EAGLE-3 graph computes every row and takes no output selection: asked for
+        the last row only, it hands back the first. So a decode that outputs asks for all its
+        rows (the graph computes them anyway; the copy is what grows)."""
+        self.check_fits(self.n_past + len(tokens))
+        lib, batch = self._lib, self._batch
+        n = len(tokens)
+        fill_batch(batch, tokens, self.n_past, range(n) if outputs else ())
+        rows = np.ascontiguousarray(rows, dtype=np.float32)
+        ctypes.memmove(batch.embd, rows.ctypes.data, rows.nbytes)
+        started = time.perf_counter()
+        status = lib.llama_decode(self._ctx, batch)
+        if status != 0:
+            raise SpecllamaError(f"llama.cpp failed to evaluate the EAGLE-3 head ({status})")
+        self.n_decoded += n
+        self.tokens.extend(tokens)
+        if not outputs:
+            self.decode_seconds += time.perf_counter() - started
+            return None
+        logits = np.ctypeslib.as_array(lib.llama_get_logits_ith(self._ctx, n - 1),
+                                       shape=(self.n_vocab,))  # fmt: skip
+        logits.flags.writeable = False
+        own = self._ext.llama_get_embeddings_nextn_ith(self._ctx, n - 1)
+        row = np.ctypeslib.as_array(own, shape=(self.n_embd,)).copy()
+        self.decode_seconds += time.perf_counter() - started
+        return logits, row
+
+    def check_fits(self, n_tokens: int) -> None:
+        self.target.check_fits(n_tokens)
+
+    @property
+    def n_ctx(self) -> int:
+        return self.target.n_ctx
+
+    def decode(
+        self, tokens: Sequence[int], logits_at: Sequence[int] = (), *, copy: bool = True
+    ) -> np.ndarray:
+        """The logits after the last of `tokens`, each paired with a zero row: what the
+        calibration times as a draft step (a step's cost does not depend on the row)."""
+        self.n_exact = min(self.n_exact, self.n_past)
+        rows = np.zeros((len(tokens), self.n_embd), dtype=np.float32)
+        last = max(0, len(tokens) - _OUTPUTS_AT_MOST)
+        if last:
+            self._decode(tokens[:last], rows[:last], outputs=False)
+        out = self._decode(tokens[last:], rows[last:])
+        assert out is not None
+        return out[0][None, :]
+
+    def _forget(self, n_past: int) -> None:
+        self._lib.llama_memory_seq_rm(self._memory, 0, n_past, -1)
+        self.n_exact = min(self.n_exact, n_past)

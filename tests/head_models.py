@@ -1,0 +1,250 @@
+"""Synthetic draft heads that come as their own GGUF, and their targets, written with `gguf`;
+their behaviour is known by construction. Only EAGLE-3 so far (`research/make_heads.py` says
+why the others wait).
+
+The target is a plain llama whose trunk adds nothing (every projection into the residual
+stream is zero, as in tests/qwen35_models.py): the input of every layer at position p is the
+embedding of the token x[p], a random unit vector, and the greedy next token is
+`next_token[x]`, a fixed permutation of the ordinary tokens.
+
+The EAGLE-3 head at position p reads the pair (token x[p+1], g[p]), g[p] being its fusion
+(`fc`) of the target's layer inputs at p, and predicts x[p+2]. Two constructions:
+
+- `uses_hidden=False` ("token" head): the features are zeroed (`fc` zero, and the residual
+  takes them normed and weighted by a zero `attn_norm_2`), and the one attention layer attends
+  to its own position only (queries and keys are the normed token embedding, scaled so that
+  a token's dot product with itself outweighs every other by far), so the residual stream is
+  the token's embedding; the output maps it to `head_next[x]`, which is `next_token` on a
+  fraction a of the tokens and wrong on the rest. Drafting on from its own guess works the
+  same way, so a draft is accepted token by token with probability a.
+- `uses_hidden=True`: the attention adds nothing and `fc` passes the first target layer's input
+  through, so the stream is the embedding of x[p] and the output maps it to
+  next(head_next[x[p]]): right exactly when the feature paired with a token is the target's
+  row of the token before it. Its own next row names x[p] again, so only the first token of
+  each draft can be right; its acceptance is a on that token.
+
+    python research/make_heads.py OUT --kind eagle3 --accept 0.8 --size tiny
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import gguf
+import numpy as np
+import qwen35_models
+from qwen35_models import _head, _weights
+
+
+@dataclass(frozen=True)
+class LlamaShape:
+    name: str
+    n_layer: int
+    n_embd: int
+    n_ff: int
+    n_head: int
+    n_head_kv: int
+    target_layers: tuple[int, int, int]  # the layers an EAGLE-3 head reads (low, middle, high)
+
+
+TINY = LlamaShape("tiny", 4, 64, 128, 2, 1, (0, 2, 3))
+# Qwen2.5-1.5B's trunk (config.json): the 1.5B-class cost of the benchmark.
+SHAPE_1_5B = LlamaShape("1.5b", 28, 1536, 8960, 12, 2, (2, 14, 25))
+SHAPES = {s.name: s for s in (TINY, SHAPE_1_5B)}
+# Self-attention strength of the "token" head: the logit gap between a token's own position and
+# any other (random unit vectors: dot products up to ~0.5 against 1.0 for itself).
+_SELF_ATTENTION = 400.0
+
+
+def _copy_tokenizer(writer: gguf.GGUFWriter, vocab_src: Path) -> int:
+    reader = gguf.GGUFReader(vocab_src)
+    for field in reader.fields.values():
+        if field.name.startswith("tokenizer."):
+            sub = field.types[-1] if field.types[0] == gguf.GGUFValueType.ARRAY else None
+            writer.add_key_value(field.name, field.contents(), field.types[0], sub_type=sub)
+    return len(reader.fields["tokenizer.ggml.tokens"].contents())
+
+
+def embeddings(shape: LlamaShape, n_vocab: int) -> np.ndarray:
+    rng = np.random.default_rng(shape.n_embd)
+    out = rng.standard_normal((n_vocab, shape.n_embd), dtype=np.float32)
+    return out / np.linalg.norm(out, axis=1, keepdims=True)
+
+
+def _hparams(writer: gguf.GGUFWriter, shape: LlamaShape, n_layer: int, n_head: int) -> None:
+    writer.add_context_length(32768)
+    writer.add_embedding_length(shape.n_embd)
+    writer.add_block_count(n_layer)
+    writer.add_feed_forward_length(shape.n_ff)
+    writer.add_head_count(n_head)
+    writer.add_head_count_kv(1 if n_head == 1 else shape.n_head_kv)
+    writer.add_rope_freq_base(10000.0)
+    writer.add_layer_norm_rms_eps(1e-6)
+
+
+def _finish(writer: gguf.GGUFWriter) -> None:
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def write_llama_target(
+    out: Path,
+    shape: LlamaShape,
+    vocab_src: Path,
+    *,
+    next_token: np.ndarray,
+    logit: float = 30.0,
+    dtype: type = np.float32,
+) -> Path:
+    """A llama whose greedy text follows `next_token` (tokenizer from `vocab_src`)."""
+    writer = gguf.GGUFWriter(out, "llama")
+    n_vocab = _copy_tokenizer(writer, vocab_src)
+    assert len(next_token) == n_vocab
+    writer.add_name(f"synthetic llama {shape.name}")
+    _hparams(writer, shape, shape.n_layer, shape.n_head)
+    f32 = dtype == np.float32
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32 if f32 else gguf.LlamaFileType.MOSTLY_F16)
+    emb = embeddings(shape, n_vocab)
+    n, head_dim = shape.n_embd, shape.n_embd // shape.n_head
+    kv = shape.n_head_kv * head_dim
+    ones = np.ones(n, dtype=np.float32)
+    writer.add_tensor("token_embd.weight", emb.astype(dtype))
+    for il in range(shape.n_layer):
+        tensors = {
+            "attn_norm.weight": ones,
+            "attn_q.weight": _weights(n, n).astype(dtype),
+            "attn_k.weight": _weights(kv, n).astype(dtype),
+            "attn_v.weight": _weights(kv, n).astype(dtype),
+            "attn_output.weight": np.zeros((n, n), dtype=dtype),  # adds nothing
+            "ffn_norm.weight": ones,
+            "ffn_gate.weight": _weights(shape.n_ff, n).astype(dtype),
+            "ffn_up.weight": _weights(shape.n_ff, n).astype(dtype),
+            "ffn_down.weight": np.zeros((n, shape.n_ff), dtype=dtype),  # adds nothing
+        }
+        for name, array in tensors.items():
+            writer.add_tensor(f"blk.{il}.{name}", array)
+    writer.add_tensor("output_norm.weight", ones)
+    writer.add_tensor("output.weight", _head(emb, next_token, logit).astype(dtype))
+    _finish(writer)
+    return out
+
+
+def write_eagle3_head(
+    out: Path,
+    shape: LlamaShape,
+    vocab_src: Path,
+    *,
+    next_token: np.ndarray,
+    head_next: np.ndarray,
+    uses_hidden: bool = False,
+    logit: float = 30.0,
+    dtype: type = np.float32,
+    target_layers: tuple[int, ...] | None = None,
+    target_hidden_size: int | None = None,
+) -> Path:
+    """An EAGLE-3 head for the target of `write_llama_target` (same shape and vocabulary)."""
+    arch = "eagle3"
+    writer = gguf.GGUFWriter(out, arch)
+    n_vocab = _copy_tokenizer(writer, vocab_src)
+    writer.add_name(f"synthetic eagle3 {shape.name}")
+    # One head of the full width: the "token" head's attention must see whole embeddings.
+    _hparams(writer, shape, 1, 1)
+    writer.add_array(f"{arch}.target_layers", list(target_layers or shape.target_layers))
+    writer.add_uint32(f"{arch}.target_hidden_size", target_hidden_size or shape.n_embd)
+    if not uses_hidden:
+        # The residual takes the normed features, which attn_norm_2 zeroes: drafting on from
+        # its own row (the last token's embedding) must not leak that token into the next.
+        writer.add_bool(f"{arch}.norm_before_residual", True)
+    f32 = dtype == np.float32
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32 if f32 else gguf.LlamaFileType.MOSTLY_F16)
+    emb = embeddings(shape, n_vocab)
+    n = shape.n_embd
+    n_tgt = target_hidden_size or n
+    eye, zero = np.eye(n, dtype=np.float32), np.zeros((n, n), dtype=np.float32)
+    ones = np.ones(n, dtype=np.float32)
+    fc = np.zeros((n, 3 * n_tgt), dtype=np.float32)
+    if uses_hidden:
+        fc[:, :n] = eye  # the first target layer's input, as it is
+    # Queries and keys: the normed token embedding (sqrt(n) * e), scaled so that q.k / sqrt(n)
+    # is _SELF_ATTENTION * e_i.e_j. Values: the token embedding itself, back into the stream.
+    scale = np.sqrt(_SELF_ATTENTION / np.sqrt(n)) if not uses_hidden else 0.0
+    qk = np.hstack([eye * scale, zero])
+    value = np.hstack([eye / np.sqrt(n), zero])
+    maps_to = next_token[head_next] if uses_hidden else head_next
+    tensors = {
+        "attn_norm.weight": ones,
+        "attn_norm_2.weight": ones if uses_hidden else np.zeros(n, dtype=np.float32),
+        "attn_q.weight": qk,
+        "attn_k.weight": qk,
+        "attn_v.weight": value,
+        "attn_output.weight": eye if not uses_hidden else zero,
+        "ffn_norm.weight": ones,
+        "ffn_gate.weight": _weights(shape.n_ff, n),
+        "ffn_up.weight": _weights(shape.n_ff, n),
+        "ffn_down.weight": np.zeros((n, shape.n_ff), dtype=np.float32),
+    }
+    writer.add_tensor("fc.weight", fc.astype(dtype))
+    for name, array in tensors.items():
+        writer.add_tensor(f"blk.0.{name}", array if array.ndim == 1 else array.astype(dtype))
+    writer.add_tensor("output_norm.weight", ones)
+    writer.add_tensor("output.weight", _head(emb, maps_to, logit).astype(dtype))
+    _finish(writer)
+    return out
+
+
+def next_token_map(vocab_src: Path) -> np.ndarray:
+    n_vocab = len(gguf.GGUFReader(vocab_src).fields["tokenizer.ggml.tokens"].contents())
+    return qwen35_models.next_token_map(n_vocab, fixed=qwen35_models.control_tokens(vocab_src))
+
+
+def partly_right(mapping: np.ndarray, acceptance: float) -> np.ndarray:
+    return qwen35_models.partly_right(mapping, acceptance)
+
+
+# -- cached for the tests (model_factory's cache folder) ----------------------------------------
+
+# A modest logit, as the qwen35 models': sampling has something to choose.
+TEST_LOGIT = 12.0
+
+
+def tiny_target() -> Path:
+    """The tiny F32 llama target, SmolLM2's vocabulary."""
+    import model_factory
+
+    def build(dst: Path) -> None:
+        vocab = model_factory.smollm2_q4()
+        write_llama_target(dst, TINY, vocab, next_token=next_token_map(vocab), logit=TEST_LOGIT)
+
+    return model_factory._derived("llama-tiny.target.F32.gguf", build)
+
+
+def tiny_eagle3(
+    acceptance: float,
+    *,
+    uses_hidden: bool = False,
+    target_layers: tuple[int, ...] | None = None,
+    target_hidden_size: int | None = None,
+) -> Path:
+    """An EAGLE-3 head for `tiny_target()`, right on a fraction `acceptance` of the tokens;
+    `target_layers` / `target_hidden_size`: one made for another target (a mismatch)."""
+    import model_factory
+
+    name = f"llama-tiny.eagle3{'-hidden' if uses_hidden else ''}-a{acceptance:g}"
+    if target_layers is not None:
+        name += "-layers" + "_".join(map(str, target_layers))
+    if target_hidden_size is not None:
+        name += f"-width{target_hidden_size}"
+
+    def build(dst: Path) -> None:
+        vocab = model_factory.smollm2_q4()
+        mapping = next_token_map(vocab)
+        write_eagle3_head(
+            dst, TINY, vocab, next_token=mapping, head_next=partly_right(mapping, acceptance),
+            uses_hidden=uses_hidden, logit=TEST_LOGIT, target_layers=target_layers,
+            target_hidden_size=target_hidden_size,
+        )  # fmt: skip
+
+    return model_factory._derived(name + ".F32.gguf", build)
