@@ -14,7 +14,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from specllama.bench.summary import bar_scale, rests_on, speedup_rows
+from specllama.bench.summary import bar_scale, describe_constraint_cost, rests_on, speedup_rows
 
 PALETTE = (
     "#4e79a7",
@@ -69,6 +69,7 @@ def render_html(report: dict[str, Any]) -> str:
         "<h1>specllama bench</h1>",
         f"<p>{_e(report['created'])} · {_e(target)}</p>",
         f'<p class="rests" id="rests-on">Rests on: {_e(rests_on(report))}</p>',
+        _constraint_cost(report),
         "<h2>Speedup over the target alone</h2>",
         "<p>Median over each category's prompts, a line to the lowest and highest prompt; "
         "the dashed line is the target alone (1.0x).</p>",
@@ -311,6 +312,11 @@ def _plan(report: dict[str, Any]) -> dict[str, Any]:
     plan = dict(report.get("plan") or {})
     plan.pop("notes", None)
     return plan
+
+
+def _constraint_cost(report: dict[str, Any]) -> str:
+    line = describe_constraint_cost(report)
+    return f'<p id="constraint-cost">{_e(line)}</p>' if line else ""
 
 
 def _notes(report: dict[str, Any]) -> str:

@@ -107,7 +107,8 @@ def expected_seconds(
     its expectations (`runner.plan_steps`)."""
     planned = schedule(len(prompts), len(configs), 0, repeats=repeats, warmup=warmup_tokens > 0,
                        noise_check=noise_check, tokens=[tokens] * len(prompts),
-                       warmup_tokens=min(warmup_tokens, tokens))  # fmt: skip
+                       warmup_tokens=min(warmup_tokens, tokens),
+                       constrained=[p.schema is not None for p in prompts])  # fmt: skip
     steps = plan_steps(planned, configs, prompts, lengths, costs, has_draft=has_draft,
                        repeats=repeats)  # fmt: skip
     return sum(step.prior_s or 0.0 for step in steps)
@@ -148,6 +149,7 @@ def quick_plan(
     notes.append(f"{tokens} tokens a run{why}; the runs should take about {seconds:.0f} s{past}")
     if noise_check:
         notes.append("one round; the target alone runs each prompt twice, for the noise")
+    notes += schema_notes(prompts)
     return Plan(
         "quick",
         list(prompts),
@@ -231,6 +233,17 @@ def _parse(spec: str, request: QuickRequest) -> list[BenchConfig]:
     )
 
 
+def schema_notes(prompts: Sequence[BenchPrompt]) -> list[str]:
+    """What the structured-output prompts run, when there are any."""
+    ruled = sorted({p.category for p in prompts if p.schema is not None})
+    if not ruled:
+        return []
+    return [
+        f"{', '.join(ruled)}: every configuration answers under the prompt's JSON Schema; the "
+        "target alone also runs it without the schema, for what the schema costs a token"
+    ]
+
+
 def full_plan(
     prompts: Sequence[BenchPrompt],
     *,
@@ -243,7 +256,7 @@ def full_plan(
     """Every prompt, today's matrix of configurations, 128 tokens, two rounds (or as told)."""
     repeats = repeats or FULL_REPEATS
     spec = configs or default_configs(has_draft=has_draft, mtp=mtp)
-    notes = [f"{len(prompts)} prompts, every configuration: {spec}"]
+    notes = [f"{len(prompts)} prompts, every configuration: {spec}", *schema_notes(prompts)]
     return Plan(
         "full",
         list(prompts),

@@ -29,12 +29,16 @@ class BenchPrompt:
     category: str
     messages: tuple[Message, ...]
     max_tokens: int | None = None  # overrides the bench's --max-tokens for this prompt
+    # A JSON Schema (as JSON text) every configuration's answer follows, enforced token by
+    # token; the structured-output category has one on each prompt.
+    schema: str | None = None
 
 
 def load_prompts(path: Path | None = None) -> list[BenchPrompt]:
     """A JSONL prompt file: one object a line with `category` and either `prompt` (one user
     turn, with an optional `system`) or `messages` (a list of {role, content}, ending with a
-    user turn: a multi-turn conversation); optional `id` and `max_tokens`. Blank lines and
+    user turn: a multi-turn conversation); optional `id`, `max_tokens` and `schema` (a JSON
+    Schema every answer must satisfy: a structured-output prompt). Blank lines and
     lines starting with # are skipped. Errors name the file and line."""
     path = path or default_prompts_path()
     try:
@@ -64,7 +68,8 @@ def load_prompts(path: Path | None = None) -> list[BenchPrompt]:
 def _parse_prompt(entry: object, where: str, default_id: str) -> BenchPrompt:
     if not isinstance(entry, dict):
         raise UsageError(f"{where}: each line must be a JSON object")
-    unknown = set(entry) - {"id", "category", "prompt", "system", "messages", "max_tokens"}
+    known = {"id", "category", "prompt", "system", "messages", "max_tokens", "schema"}
+    unknown = set(entry) - known
     if unknown:
         raise UsageError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
     category = entry.get("category")
@@ -101,7 +106,11 @@ def _parse_prompt(entry: object, where: str, default_id: str) -> BenchPrompt:
     prompt_id = entry.get("id", default_id)
     if not isinstance(prompt_id, str):
         raise UsageError(f"{where}: `id` must be a string")
-    return BenchPrompt(prompt_id, category.strip(), tuple(messages), max_tokens)
+    schema = entry.get("schema")
+    if schema is not None and not isinstance(schema, dict):
+        raise UsageError(f"{where}: `schema` must be a JSON Schema (a JSON object)")
+    schema_text = None if schema is None else json.dumps(schema)
+    return BenchPrompt(prompt_id, category.strip(), tuple(messages), max_tokens, schema_text)
 
 
 def select_prompts(

@@ -17,7 +17,7 @@ from rich.text import Text
 
 from specllama.bench.configs import TARGET
 from specllama.bench.runner import Progress
-from specllama.bench.summary import bar_scale, rests_on, speedup_rows
+from specllama.bench.summary import bar_scale, describe_constraint_cost, rests_on, speedup_rows
 from specllama.bench.timing import Clock, ProgressUpdate, describe_left
 
 BAR_WIDTH = 40
@@ -155,6 +155,8 @@ def caption(report: dict[str, Any]) -> str:
         + ("" if settings.get("extra_buffers", True) else " · extra buffers off"),
         f"rests on: {rests_on(report)}",
     ]
+    if cost := describe_constraint_cost(report):
+        lines.append(cost)
     if report.get("calibration"):
         measured = report["calibration"]
         lines.append(f"calibration: {measured['summary']}")

@@ -11,7 +11,12 @@ How a benchmark runs (see `run_bench`):
    `specllama.bench.llamacpp`) run in the same rounds, in their own processes.
 3. With `noise_check` (one round), the target alone runs each prompt once more after its round:
    two runs of the same decodes, so what parts them is the machine (`summary.target_noise`).
-4. Speedup is computed pair by pair: tokens/s of a configuration divided by tokens/s of the
+4. A prompt with a JSON Schema (the structured-output category) runs under it with every
+   configuration, so speedups there are speculation's under the same rule; in each round the
+   target alone also runs it without the schema (`free_runs`, not a configuration), so the
+   report can say what the constraint costs per token (`summary.constraint_cost`). Another
+   tool's configurations (which would run unconstrained) leave such prompts out.
+5. Speedup is computed pair by pair: tokens/s of a configuration divided by tokens/s of the
    target alone in the same round on the same prompt (`specllama.bench.summary`).
 
 tokens/s counts generated tokens over the time from the end of the target's prompt prefill
@@ -31,6 +36,7 @@ from typing import Any, Protocol
 from specllama.bench.configs import TARGET, BenchConfig
 from specllama.bench.prompts import BenchPrompt
 from specllama.bench.timing import Clock, ProgressUpdate, Step, TimeLeft, run_prior_s
+from specllama.engine.constraint import ConstraintSpec, Grammar
 from specllama.engine.control import DraftController, FixedLength
 from specllama.engine.drafters import (
     CombinedDrafter,
@@ -43,7 +49,7 @@ from specllama.engine.events import FinishEvent, TokenEvent
 from specllama.engine.mtp import MtpDrafter
 from specllama.engine.sampling import SamplingParams
 from specllama.engine.speculative import generate
-from specllama.errors import SpecllamaError, UsageError
+from specllama.errors import ConstraintError, SpecllamaError, UsageError
 from specllama.llama.backend import build_facts, common_prefix_length, default_threads
 from specllama.policy import calibration
 from specllama.policy.controller import AdaptiveController
@@ -122,6 +128,8 @@ class BenchResult:
     plan: dict[str, Any] = field(default_factory=dict)  # how the configurations were chosen
     tools: dict[str, Any] = field(default_factory=dict)  # other tools run beside specllama
     notices: list[str] = field(default_factory=list)  # one line each: what was left out, why
+    # The target alone on each schema prompt without its schema: what the constraint costs.
+    free_runs: list[Run] = field(default_factory=list)
 
 
 Progress = Callable[[ProgressUpdate], None]
@@ -162,7 +170,13 @@ class _Runner:
             raise UsageError(f"configuration {config.name} needs a draft model")
         return DraftModelDrafter(model)
 
-    def run(self, config: BenchConfig, tokens: list[int], max_tokens: int) -> tuple[list, dict]:
+    def run(
+        self,
+        config: BenchConfig,
+        tokens: list[int],
+        max_tokens: int,
+        constraint: Grammar | None = None,
+    ) -> tuple[list, dict]:
         drafter, controller = self.parts(config)
         if self.engine.draft_model is not None:
             self.engine.draft_model.rollback(0)  # a new prompt for the draft, every run
@@ -175,6 +189,7 @@ class _Runner:
             self.params,
             max_tokens=max_tokens,
             controller=controller,
+            constraint=constraint.start() if constraint is not None else None,
         ):
             if isinstance(event, TokenEvent):
                 out.append(event.token)
@@ -192,10 +207,11 @@ class _Runner:
 
 @dataclass(frozen=True)
 class Planned:
-    """One run of the schedule: a warm-up, a round's run, or the noise check's second run of
-    the target alone; `slot` indexes specllama's configurations, then the external ones."""
+    """One run of the schedule: a warm-up, a round's run, the noise check's second run of the
+    target alone, or the target alone without the prompt's schema; `slot` indexes specllama's
+    configurations, then the external ones."""
 
-    kind: str  # "warmup", "run" or "noise"
+    kind: str  # "warmup", "run", "noise" or "free"
     prompt: int
     repeat: int
     slot: int
@@ -212,15 +228,21 @@ def schedule(
     noise_check: bool,
     tokens: Sequence[int],
     warmup_tokens: int = WARMUP_TOKENS,
+    constrained: Sequence[bool] = (),
 ) -> list[Planned]:
-    """Every run in order: `tokens[p]` is prompt p's budget. Slot 0 is the target alone."""
-    slots = n_ours + n_external
+    """Every run in order: `tokens[p]` is prompt p's budget. Slot 0 is the target alone.
+    A `constrained[p]` prompt runs specllama's configurations only, and in each round the
+    target alone once more without the constraint."""
     plan = [Planned("warmup", 0, 0, s, warmup_tokens) for s in range(n_ours)] if warmup else []
     for p in range(n_prompts):
+        ruled = p < len(constrained) and constrained[p]
+        slots = n_ours if ruled else n_ours + n_external
         for repeat in range(repeats):
             shift = repeat % slots
             order = [*range(shift, slots), *range(shift)]
             plan += [Planned("run", p, repeat, s, tokens[p]) for s in order]
+            if ruled:
+                plan.append(Planned("free", p, repeat, 0, tokens[p]))
         if noise_check:
             plan.append(Planned("noise", p, repeats, 0, tokens[p]))
     return plan
@@ -260,6 +282,8 @@ def _label(item: Planned, config: BenchConfig, prompt: BenchPrompt, repeats: int
         return f"warm-up · {config.name}"
     if item.kind == "noise":
         return f"{prompt.category} · target again, for the noise · {prompt.id}"
+    if item.kind == "free":
+        return f"{prompt.category} · target without the schema · {prompt.id}"
     round_ = f" · round {item.repeat + 1}/{repeats}" if repeats > 1 else ""
     return f"{prompt.category} · {config.name} · {prompt.id}{round_}"
 
@@ -305,6 +329,7 @@ def run_bench(
             "status": engine.calibration.as_dict() if engine.calibration else None,
         }
     tokenized = [engine.prompt_tokens(list(p.messages)) for p in prompts]
+    rules = compile_rules(engine, prompts)
     budgets = [p.max_tokens or max_tokens for p in prompts]
     warm = min(max_tokens, warmup_tokens)
     plan = schedule(
@@ -316,6 +341,7 @@ def run_bench(
         noise_check=noise_check,
         tokens=budgets,
         warmup_tokens=warm,
+        constrained=[rule is not None for rule in rules],
     )
     slots = [*configs, *(e.config for e in external)]
     steps = plan_steps(
@@ -327,11 +353,27 @@ def run_bench(
         has_draft=engine.draft_model is not None,
         repeats=repeats,
     )
-    _Execution(engine, params, prompts, tokenized, slots, external, result).go(
+    _Execution(engine, params, prompts, tokenized, rules, slots, external, result).go(
         plan, TimeLeft(steps, clock), progress
     )
     _compare_with_target(result.runs)
     return result
+
+
+def compile_rules(engine: Engine, prompts: Sequence[BenchPrompt]) -> list[Grammar | None]:
+    """Each prompt's JSON Schema compiled for the target (None: free text); a schema that
+    cannot be compiled names its prompt."""
+    rules: list[Grammar | None] = []
+    for prompt in prompts:
+        if prompt.schema is None:
+            rules.append(None)
+            continue
+        try:
+            rules.append(engine.compile_constraint(ConstraintSpec("json_schema", prompt.schema)))
+        except ConstraintError as exc:
+            first = str(exc).splitlines()[0]
+            raise ConstraintError(f"bench prompt {prompt.id}: {first}") from None
+    return rules
 
 
 class _Execution:
@@ -344,12 +386,14 @@ class _Execution:
         params: SamplingParams,
         prompts: Sequence[BenchPrompt],
         tokenized: list[list[int]],
+        rules: list[Grammar | None],
         slots: list[BenchConfig],
         external: Sequence[ExternalConfig],
         result: BenchResult,
     ) -> None:
         self.runner = _Runner(engine, params)
         self.prompts, self.tokenized, self.slots = prompts, tokenized, slots
+        self.rules = rules
         self.external = {e.config.name: e for e in external}
         self.result = result
         self.dropped: set[str] = set()
@@ -372,7 +416,8 @@ class _Execution:
                 continue
             timer.finish()
             if run is not None:
-                self.result.runs.append(run)
+                free = item.kind == "free"
+                (self.result.free_runs if free else self.result.runs).append(run)
         if progress:
             progress(ProgressUpdate(len(plan), len(plan), "done", 0.0))
 
@@ -382,7 +427,8 @@ class _Execution:
             stats = self.external[config.name].run(prompt, item.tokens)
             out = None
         else:
-            out, stats = self.runner.run(config, self.tokenized[item.prompt], item.tokens)
+            rule = None if item.kind == "free" else self.rules[item.prompt]
+            out, stats = self.runner.run(config, self.tokenized[item.prompt], item.tokens, rule)
         if item.kind == "warmup":
             return None
         return Run(config.name, prompt.id, prompt.category, item.repeat, out, stats)

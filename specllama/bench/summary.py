@@ -108,7 +108,14 @@ def summarise(result: BenchResult) -> dict[str, Any]:
             for c in result.configs
             if speedups.get((c.name, prompt.id))
         }
-        prompt_rows.append({"id": prompt.id, "category": prompt.category, "speedup": row})
+        prompt_rows.append(
+            {
+                "id": prompt.id,
+                "category": prompt.category,
+                "constrained": prompt.schema is not None,
+                "speedup": row,
+            }
+        )
 
     categories = sorted({p.category for p in result.prompts})
     rows = []
@@ -135,6 +142,57 @@ def target_noise(runs: Iterable[Run]) -> dict[str, float] | None:
             speeds[run.prompt_id].append(run.stats["tokens_per_s"])
     gaps = [max(s) / min(s) - 1.0 for s in speeds.values() if len(s) > 1 and min(s) > 0]
     return _spread(gaps) if gaps else None
+
+
+def _ms_per_token(runs: Iterable[Run]) -> float | None:
+    """The median time a generated token took over these runs, in milliseconds."""
+    generated = [(r.stats["time_s"], r.stats["n_generated"]) for r in runs]
+    times = [1000 * seconds / n for seconds, n in generated if n]
+    return round(statistics.median(times), 3) if times else None
+
+
+def constraint_cost(result: BenchResult) -> dict[str, Any] | None:
+    """What a schema costs the target alone per token: on each prompt with one, its time per
+    generated token under the schema (its runs as the target alone, the noise check's too)
+    over its time without it (`free_runs`), as a ratio (1.0: free; 1.10: 10% slower). Two
+    different answers, so time per token, not per answer. None without schema prompts."""
+    rows = []
+    for prompt in result.prompts:
+        if prompt.schema is None:
+            continue
+        alone = [r for r in result.runs if r.prompt_id == prompt.id and r.config == TARGET]
+        ruled = _ms_per_token(alone)
+        free = _ms_per_token(r for r in result.free_runs if r.prompt_id == prompt.id)
+        if ruled is None or free is None:
+            continue
+        rows.append(
+            {
+                "id": prompt.id,
+                "category": prompt.category,
+                "constrained_ms_per_token": ruled,
+                "free_ms_per_token": free,
+                "ratio": round(ruled / free, 4),
+            }
+        )
+    if not rows:
+        return None
+    return {"prompts": rows, "ratio": _spread([row["ratio"] for row in rows])}
+
+
+def describe_constraint_cost(report: dict[str, Any]) -> str | None:
+    """The constraint's cost in one line, or None when nothing ran under a schema."""
+    cost = report.get("constraint_cost")
+    if not cost:
+        return None
+    ratio = cost["ratio"]
+    spread = f" ({ratio['min']:.2f}–{ratio['max']:.2f})" if ratio["min"] != ratio["max"] else ""
+    first = cost["prompts"][0]
+    return (
+        f"JSON Schema: the target alone takes {ratio['median']:.2f}x{spread} its time per token "
+        f"without the schema ({first['id']}: {first['constrained_ms_per_token']:.1f} ms vs "
+        f"{first['free_ms_per_token']:.1f} ms a token, over {len(cost['prompts'])} "
+        f"prompt{'s' * (len(cost['prompts']) != 1)})"
+    )
 
 
 def _percent(share: float) -> str:
@@ -195,5 +253,7 @@ def to_json(result: BenchResult) -> dict[str, Any]:
         "prompts": summary["prompts"],
         "summary": summary["summary"],
         "noise": summary["noise"],
+        "constraint_cost": constraint_cost(result),
         "runs": [r.as_dict() for r in result.runs],
+        "free_runs": [r.as_dict() for r in result.free_runs],
     }

@@ -442,7 +442,7 @@ PromptsFile = Annotated[
         "--prompts",
         metavar="FILE.jsonl",
         help='Your own prompts, one JSON object a line: {"category": ..., "prompt": ...} or '
-        '{"category": ..., "messages": [...]} (default: the bundled 36). Quick: the first '
+        '{"category": ..., "messages": [...]} (default: the bundled 40). Quick: the first '
         "of each category; --full: all.",
     ),
 ]

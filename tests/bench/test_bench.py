@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from specllama.bench import configs as bench
 from specllama.bench import plot as bench_plot
 from specllama.bench import report as bench_report
-from specllama.bench import summary
+from specllama.bench import runner, summary
 from specllama.bench.configs import BenchConfig
 from specllama.bench.prompts import BenchPrompt, load_prompts, select_prompts
 from specllama.bench.runner import BenchResult, Run
@@ -51,8 +51,12 @@ def test_the_bundled_prompt_set():
         "translation",
         "chat",
         "extraction",
+        "structured",
     }
     assert min(counts.values()) >= 4
+    # The structured-output prompts, and only they, carry a JSON Schema to answer under.
+    assert {p.category for p in prompts if p.schema} == {"structured"}
+    assert all(json.loads(p.schema)["type"] == "object" for p in prompts if p.schema)
     assert any(len(p.messages) > 1 for p in prompts)  # multi-turn ones too
     assert len({p.id for p in prompts}) == len(prompts)
 
@@ -70,9 +74,11 @@ def test_prompt_file_format(tmp_path):
         '{"category": "qa", "prompt": "Why?", "system": "Be brief.", "max_tokens": 5}\n'
         "\n"
         '{"id": "conv", "category": "chat", "messages": [{"role": "user", "content": "Hi"},'
-        ' {"role": "assistant", "content": "Hello"}, {"role": "user", "content": "More"}]}\n',
+        ' {"role": "assistant", "content": "Hello"}, {"role": "user", "content": "More"}]}\n'
+        '{"category": "json", "prompt": "Alice, 31", "schema": {"type": "object"}}\n',
     )
-    first, second = load_prompts(path)
+    first, second, third = load_prompts(path)
+    assert first.schema is None and json.loads(third.schema) == {"type": "object"}
     assert first.messages == (Message("system", "Be brief."), Message("user", "Why?"))
     assert first.max_tokens == 5 and first.id == "01"
     assert second.id == "conv" and [m.role for m in second.messages] == [
@@ -93,6 +99,7 @@ def test_prompt_file_format(tmp_path):
          ' {"role": "assistant", "content": "y"}]}', "last message"),
         ('{"category": "a", "messages": [{"role": "robot", "content": "x"}]}', "`role`"),
         ('{"category": "a", "prompt": "x", "max_tokens": 0}', "`max_tokens`"),
+        ('{"category": "a", "prompt": "x", "schema": "an object"}', "`schema` must be a JSON"),
     ],
 )  # fmt: skip
 def test_prompt_file_errors_name_the_line(tmp_path, line, message):
@@ -256,6 +263,46 @@ def test_the_noise_is_the_target_alones_spread_between_its_own_rounds():
     assert "were 18% apart (median; up to 25%)" in caption
 
 
+def test_a_schema_prompt_runs_specllamas_configurations_then_the_target_without_it():
+    plan = runner.schedule(
+        2, 2, 1, repeats=2, warmup=False, noise_check=False, tokens=[8, 8],
+        constrained=[True, False],
+    )  # fmt: skip
+    first = [(p.kind, p.slot) for p in plan if p.prompt == 0]
+    # No other tool's slot (2) on the schema prompt; the free run closes each round.
+    assert first == [("run", 0), ("run", 1), ("free", 0), ("run", 1), ("run", 0), ("free", 0)]
+    assert sorted(p.slot for p in plan if p.prompt == 1) == [0, 0, 1, 1, 2, 2]
+
+
+def test_the_constraint_cost_is_time_per_token_with_over_without_the_schema():
+    configs = [BenchConfig("target", "none", 0, False), BenchConfig("ngram:4", "ngram", 4, False)]
+    prompts = [
+        BenchPrompt("json", "structured", (Message("user", "x"),), schema='{"type": "object"}'),
+        BenchPrompt("text", "qa", (Message("user", "y"),)),
+    ]
+    result = BenchResult(settings={}, configs=configs, prompts=prompts)
+    result.runs = [
+        fake_run("target", "json", "structured", 0, 10.0),  # 100 ms a token
+        fake_run("target", "json", "structured", 1, 8.0),  # 125 ms
+        fake_run("ngram:4", "json", "structured", 0, 30.0),  # not the target alone: not counted
+        fake_run("target", "text", "qa", 0, 50.0),  # no schema: no cost to tell
+    ]
+    result.free_runs = [
+        fake_run("target", "json", "structured", 0, 12.5),  # 80 ms
+        fake_run("target", "json", "structured", 1, 12.5),
+    ]
+    cost = summary.constraint_cost(result)
+    [row] = cost["prompts"]
+    assert row["id"] == "json" and row["free_ms_per_token"] == pytest.approx(80.0)
+    assert row["constrained_ms_per_token"] == pytest.approx(112.5)  # the median of 100 and 125
+    assert row["ratio"] == pytest.approx(112.5 / 80, abs=1e-4)
+    assert cost["ratio"]["median"] == row["ratio"]
+    line = summary.describe_constraint_cost({"constraint_cost": cost})
+    assert line.startswith("JSON Schema: the target alone takes 1.41x its time per token")
+    assert summary.constraint_cost(BenchResult(settings={}, configs=configs, prompts=prompts[1:]))\
+        is None  # fmt: skip
+
+
 # -- end to end, on real tiny models ----------------------------------------------------------
 
 
@@ -311,6 +358,69 @@ def test_bench_end_to_end_json_follows_the_schema(
     # Cached for next time when it passed the checks (a busy machine fails them: not cached).
     cached = list((tmp_path / "cache" / "calibration").glob("*.json"))
     assert bool(cached) == report["calibration"]["status"]["trusted"]
+
+
+PERSON_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string"},
+        "age": {"type": "integer"},
+        "likes": {"type": "array", "items": {"type": "string"}, "maxItems": 3},
+    },
+    "required": ["name", "age", "likes"],
+    "additionalProperties": False,
+}
+
+
+@pytest.mark.slow
+def test_a_structured_prompt_runs_under_its_schema_with_and_without_speculation(
+    smol_f32, smol_q4, tmp_path, monkeypatch, validate
+):
+    monkeypatch.setenv("SPECLLAMA_CACHE", str(tmp_path / "cache"))
+    free_text = {"id": "talk", "category": "chat", "prompt": "Name a colour."}
+    entry = {
+        "id": "person",
+        "category": "structured",
+        "prompt": "Describe Alice, 31, who likes chess and tea, as JSON.",
+        "schema": PERSON_SCHEMA,
+    }
+    prompt_file = write(tmp_path, f"{json.dumps(free_text)}\n{json.dumps(entry)}\n")
+    out, page = tmp_path / "bench.json", tmp_path / "bench.html"
+    result = CliRunner().invoke(
+        app,
+        ["bench", "--target", str(smol_f32), "--draft", str(smol_q4), "--prompts",
+         str(prompt_file), "--configs", "target,model:3,ngram:4,adaptive", "-n", "40", "--no-warmup",
+         "--repeats", "1", "--threads", "2", "--json", str(out), "--report", str(page)],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    report = json.loads(out.read_text())
+    assert validate(report, summary.bench_schema()) == []
+    constrained = {p["id"]: p["constrained"] for p in report["prompts"]}
+    assert constrained == {"talk": False, "person": True}
+    ruled = [r for r in report["runs"] if r["prompt_id"] == "person"]
+    assert {r["config"] for r in ruled} == {"target", "model:3", "ngram:4", "adaptive"}
+    # Under the schema every configuration writes the constrained target's text, and the
+    # schema, not the token limit, ends it; speculation's figures are there to compare.
+    assert all(r["equals_target"] and r["finish_reason"] == "stop" for r in ruled)
+    assert sum(r["n_drafted"] for r in ruled if r["config"] == "model:3") > 0
+    rows = [r for r in report["summary"] if r["category"] == "structured"]
+    assert {r["config"] for r in rows if r["speedup"]} == {r["config"] for r in ruled}
+    # What the schema costs: the target alone once more without it, per token.
+    [free] = report["free_runs"]
+    assert free["prompt_id"] == "person" and free["config"] == "target"
+    [cost] = report["constraint_cost"]["prompts"]
+    alone = [r for r in ruled if r["config"] == "target"]  # its round and the noise check
+    per_token = sorted(1000 * r["time_s"] / r["n_generated"] for r in alone)
+    assert cost["constrained_ms_per_token"] == pytest.approx(sum(per_token) / 2, rel=1e-3)
+    assert cost["free_ms_per_token"] == pytest.approx(
+        1000 * free["time_s"] / free["n_generated"], rel=1e-3
+    )
+    assert cost["ratio"] > 0
+    assert "JSON Schema: the target alone takes" in result.stdout
+    assert "JSON Schema: the target alone takes" in page.read_text()
+    assert "structured: every configuration answers under the prompt's JSON Schema" in (
+        result.stderr
+    )
 
 
 @pytest.mark.slow

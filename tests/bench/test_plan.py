@@ -47,18 +47,20 @@ def seconds(plan, costs, lengths, tokens):
 
 def test_one_prompt_per_category_of_the_bundled_set(quick_prompts):
     assert [p.id for p in quick_prompts] == [
-        "cw-fib", "ce-rename", "sum-council", "qa-tcp", "tr-fr", "chat-weekend", "ex-email"
+        "cw-fib", "ce-rename", "sum-council", "qa-tcp", "tr-fr", "chat-weekend", "ex-email",
+        "so-contact",
     ]  # fmt: skip
 
 
 def test_the_default_pair_on_the_two_core_xeon(quick_prompts, lengths):
     plan = plan_for(XEON, quick_prompts, lengths)
     # k=1 and 2 pay 1.11x here at 80% acceptance, k=3 1.06x: the shortest draft. n-gram lookup
-    # alone would leave under 64 tokens a run: left out, and said so.
+    # alone would leave under 64 tokens a run: left out, and said so. Eight categories (the
+    # structured one runs the target alone a third time, without its schema) fit 48 tokens.
     assert plan.configs == "target,model:1,adaptive"
-    assert plan.max_tokens == 64 and plan.repeats == 1 and plan.noise_check
-    assert plan.expected_s == pytest.approx(seconds(plan, XEON, lengths, 64))
-    assert plan.expected_s <= BUDGET < seconds(plan, XEON, lengths, 96)
+    assert plan.max_tokens == 48 and plan.repeats == 1 and plan.noise_check
+    assert plan.expected_s == pytest.approx(seconds(plan, XEON, lengths, 48))
+    assert plan.expected_s <= BUDGET < seconds(plan, XEON, lengths, 64)
     assert any(n.startswith("ngram:8 left out") for n in plan.notes)
     assert any("1.11x expected at 80% acceptance" in n for n in plan.notes)
 
@@ -81,7 +83,7 @@ def test_on_a_gpu_the_longer_draft_and_every_token(quick_prompts, lengths):
 def test_a_budget_nothing_fits_takes_the_smallest_plan_and_says_so(quick_prompts, lengths):
     plan = plan_for(XEON, quick_prompts, lengths, budget=20.0)
     assert plan.configs == "target,model:1,adaptive" and plan.max_tokens == 32
-    assert "past the 20 s left of 3 minutes" in plan.notes[-2]
+    assert any("past the 20 s left of 3 minutes" in note for note in plan.notes)
 
 
 def test_what_the_user_fixed_is_kept(quick_prompts, lengths):
@@ -104,7 +106,7 @@ def test_full_is_todays_matrix():
     prompts = load_prompts()
     plan = full_plan(prompts, configs=None, has_draft=True, mtp=False, max_tokens=None,
                      repeats=None)  # fmt: skip
-    assert len(plan.prompts) == len(prompts) == 36
+    assert len(plan.prompts) == len(prompts) == 40
     assert plan.configs == "target,model:2,model:4,ngram:8,adaptive"
     assert (plan.max_tokens, plan.repeats, plan.noise_check) == (128, 2, False)
     once = full_plan(prompts, configs="target,ngram:8", has_draft=False, mtp=False,

@@ -126,7 +126,7 @@ def test_the_runner_reports_what_runs_and_the_time_left(monkeypatch):
     ours = [BenchConfig("target", "none", 0, False), BenchConfig("ngram:8", "ngram", 8, False)]
     tool = FailingTool(clock)
 
-    def fake_run(self, config, tokens, max_tokens):
+    def fake_run(self, config, tokens, max_tokens, constraint=None):
         clock.now += 10.0  # every run of ours takes what the calibration expects
         return [1, 2, 3], {"tokens_per_s": 10.0, "n_generated": max_tokens}
 
@@ -145,7 +145,9 @@ def test_the_runner_reports_what_runs_and_the_time_left(monkeypatch):
     assert labelled[4].group == "other" and labelled[4].prior_s > labelled[3].prior_s
     steps = [runner.Step(s.label, 10.0, s.group) for s in labelled]
     result = BenchResult(settings={}, configs=slots, prompts=prompts)
-    execution = runner._Execution(None, None, prompts, [[1], [2]], slots, [tool], result)
+    execution = runner._Execution(
+        None, None, prompts, [[1], [2]], [None, None], slots, [tool], result
+    )
     updates = []
     execution.go(plan, TimeLeft(steps, clock), updates.append)
 
