@@ -389,8 +389,9 @@ def test_a_structured_prompt_runs_under_its_schema_with_and_without_speculation(
     result = CliRunner().invoke(
         app,
         ["bench", "--target", str(smol_f32), "--draft", str(smol_q4), "--prompts",
-         str(prompt_file), "--configs", "target,model:3,ngram:4,adaptive", "-n", "40", "--no-warmup",
-         "--repeats", "1", "--threads", "2", "--json", str(out), "--report", str(page)],
+         str(prompt_file), "--configs", "target,model:3,ngram:4,adaptive", "-n", "40",
+         "--no-warmup", "--repeats", "1", "--threads", "2", "--json", str(out),
+         "--report", str(page)],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     report = json.loads(out.read_text())
