@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from jinja2 import Template, TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -20,21 +21,62 @@ from specllama.errors import SpecllamaError
 
 
 @dataclass(frozen=True)
+class ToolCall:
+    """A call to one of the client's functions, as OpenAI writes it: `arguments` is JSON text."""
+
+    id: str
+    name: str
+    arguments: str
+
+    def as_template_dict(self) -> dict[str, Any]:
+        """The call as Hugging Face chat templates read it: the arguments as an object (a
+        template writes them with `tojson`), or as the text when they are not JSON."""
+        try:
+            arguments = json.loads(self.arguments)
+        except ValueError:
+            arguments = self.arguments
+        function = {"name": self.name, "arguments": arguments}
+        return {"id": self.id, "type": "function", "function": function}
+
+
+@dataclass(frozen=True)
 class Message:
-    role: str  # "system", "user" or "assistant"
+    role: str  # "system", "user", "assistant" or "tool" (a function's result)
     content: str
     interrupted: bool = False  # an answer stopped by the user; content ends with the mark
+    tool_calls: tuple[ToolCall, ...] = ()  # an assistant's calls
+    tool_call_id: str | None = None  # a tool message: the call it answers
 
-    def as_dict(self) -> dict[str, str]:
-        return {"role": self.role, "content": self.content}
+    def as_dict(self) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            message["tool_calls"] = [call.as_template_dict() for call in self.tool_calls]
+        if self.tool_call_id is not None:
+            message["tool_call_id"] = self.tool_call_id
+        return message
 
 
 def _raise_exception(message: str) -> None:
     raise TemplateError(message)
 
 
+def _tojson(
+    value: object,
+    ensure_ascii: bool = False,
+    indent: int | None = None,
+    separators: tuple[str, str] | None = None,
+    sort_keys: bool = False,
+) -> str:
+    """`tojson` as Hugging Face renders templates: plain JSON in the given key order (jinja's
+    own sorts keys and escapes `<`, `>`, `&` and `'` for HTML, which the models never saw)."""
+    return json.dumps(
+        value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
+    )
+
+
 def _environment() -> ImmutableSandboxedEnvironment:
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
     return env
@@ -53,14 +95,18 @@ def render_chat(
     bos_token: str = "",
     eos_token: str = "",
     add_generation_prompt: bool = True,
+    tools: list[dict[str, Any]] | None = None,
 ) -> str:
-    """The prompt text the model was trained to see for these messages."""
+    """The prompt text the model was trained to see for these messages (and `tools`, OpenAI's
+    function tools, given to the template only when there are some)."""
+    extra = {"tools": tools} if tools else {}
     try:
         return _compiled(template).render(
             messages=[m.as_dict() for m in messages],
             bos_token=bos_token,
             eos_token=eos_token,
             add_generation_prompt=add_generation_prompt,
+            **extra,
         )
     except TemplateError as exc:
         raise SpecllamaError(

@@ -5,10 +5,13 @@ streamed as server-sent events (`data: {...}` chunks, then `data: [DONE]`) or wh
 page at / (server_page) and what it shows of the server at GET /specllama/status. Every
 request passes the guard first (server_guard: Host, Origin, JSON bodies).
 
-A request is checked (server_requests), tokenised off the event loop, and queued: generations
-run one at a time on the queue's worker thread (server_queue), and their text comes back here as
-chunks or one body (server_responses). Every error a client can cause is answered in OpenAI's
-error shape; anything else is a 500 with one log line, never a dead server.
+A request is checked (server_requests), tokenised off the event loop (through the model's own
+chat template, with the client's tools), its output rule compiled there too (response_format,
+grammar, or the call a tool_choice forces; the last few kept), and queued: generations run one
+at a time on the queue's worker thread (server_queue), and their text comes back here as
+chunks or one body (server_responses), read for tool calls when tools were offered. Every error
+a client can cause is answered in OpenAI's error shape; anything else is a 500 with one log
+line, never a dead server.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ import json
 import logging
 import os
 import socket
+import threading
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,9 +38,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from specllama.chat import Message
+from specllama.chat import Message, render_chat
+from specllama.engine.constraint import ConstraintSpec, Grammar
 from specllama.engine.sampling import SamplingParams
-from specllama.errors import SpecllamaError
+from specllama.errors import ConstraintError, SpecllamaError
 from specllama.server.guard import Guard, host_names
 from specllama.server.page import page_routes
 from specllama.server.queue import (
@@ -57,6 +63,7 @@ from specllama.server.requests import (
 )
 from specllama.server.responses import Shape
 from specllama.session import Engine
+from specllama.tool_calls import ToolFormat, call_grammar, detect_format, template_knows_tools
 
 log = logging.getLogger("specllama.server.app")
 
@@ -64,6 +71,7 @@ MAX_BODY_BYTES = 8 * 1024 * 1024
 RETRY_AFTER_S = 1
 GRACEFUL_SHUTDOWN_S = 2  # then a streaming answer is cancelled, so Ctrl-C never hangs
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+GRAMMARS_KEPT = 16  # compiled output rules kept: clients send the same schema again and again
 
 
 @dataclass(frozen=True)
@@ -81,12 +89,59 @@ class Settings:
 Handler = Callable[[Request], Awaitable[Response]]
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """What a request becomes before it is queued."""
+
+    prompt: list[int]
+    constraint: Grammar | None  # the rule the answer follows
+    tool_format: ToolFormat | None  # the answer is read for tool calls in this syntax
+
+
+class Grammars:
+    """Output rules compiled for the target's vocabulary, the last few kept. Compiling runs on
+    the request's thread (off the event loop); the worker only reads compiled ones."""
+
+    def __init__(self, engine: Engine, kept: int = GRAMMARS_KEPT) -> None:
+        self._engine = engine
+        self._kept = kept
+        self._compiled: OrderedDict[ConstraintSpec, Grammar] = OrderedDict()
+        self._special: dict[str, bool] = {}
+        self._lock = threading.Lock()
+
+    def get(self, spec: ConstraintSpec) -> Grammar:
+        """The compiled rule (ConstraintError if it cannot be compiled or admits nothing)."""
+        with self._lock:
+            if spec in self._compiled:
+                self._compiled.move_to_end(spec)
+                return self._compiled[spec]
+        grammar = self._engine.compile_constraint(spec)
+        with self._lock:
+            self._compiled[spec] = grammar
+            while len(self._compiled) > self._kept:
+                self._compiled.popitem(last=False)
+        return grammar
+
+    def special(self, markers: tuple[str, ...]) -> set[str]:
+        """Which of `markers` (`<tool_call>`...) are special tokens of the vocabulary: a
+        grammar must write those as tokens, for the model writes them as one token."""
+        for marker in markers:
+            if marker not in self._special:
+                try:
+                    self.get(ConstraintSpec("lark", f"start: {marker}\n"))
+                    self._special[marker] = True
+                except ConstraintError:
+                    self._special[marker] = False
+        return {m for m in markers if self._special[m]}
+
+
 class Api:
     def __init__(self, engine: Engine, queue: GenerationQueue, settings: Settings) -> None:
         self.engine = engine
         self.queue = queue
         self.settings = settings
         self.created = int(engine.config.target.stat().st_mtime)
+        self.grammars = Grammars(engine)
 
     # -- routes -----------------------------------------------------------------------------
 
@@ -195,16 +250,25 @@ class Api:
         self._check_drafter(asked.drafter)
         if self.queue.full():  # refused before the work of tokenising (submit checks again)
             raise self._busy()
-        # Tokenising a long prompt takes a while: off the event loop, beside the generation
-        # (the vocabulary is read-only, so the worker thread may decode meanwhile).
-        prompt = await run_in_threadpool(self._prompt_tokens, asked)
+        # Tokenising a long prompt and compiling a schema take a while: off the event loop,
+        # beside the generation (the vocabulary is read-only, so the worker thread may decode
+        # meanwhile).
+        prepared = await run_in_threadpool(self._prepare, asked)
+        prompt = prepared.prompt
         params = asked.sampling_params(self.settings.defaults)
-        job = Job(Work(prompt, params, self._max_tokens(prompt, asked), asked.stop, asked.drafter))
+        max_tokens = self._max_tokens(prompt, asked)
+        work = Work(prompt, params, max_tokens, asked.stop, asked.drafter, prepared.constraint)
+        job = Job(work)
         try:
             self.queue.submit(job)
         except QueueFull:
             raise self._busy() from None
-        shape = Shape(kind, self.settings.model_id, include_usage=asked.include_usage)
+        shape = Shape(
+            kind,
+            self.settings.model_id,
+            include_usage=asked.include_usage,
+            tool_format=prepared.tool_format,
+        )
         if asked.stream:
             return StreamingResponse(
                 self._stream(job, shape), media_type="text/event-stream", headers=SSE_HEADERS
@@ -220,14 +284,77 @@ class Api:
             headers={"Retry-After": str(RETRY_AFTER_S)},
         )
 
-    def _prompt_tokens(self, asked: GenerationRequest) -> list[int]:
+    def _prepare(self, asked: GenerationRequest) -> Prepared:
+        tool_format = self._tool_format(asked)
+        prompt = self._prompt_tokens(asked, tool_format)
+        return Prepared(prompt, self._constraint(asked, tool_format), tool_format)
+
+    def _tool_format(self, asked: GenerationRequest) -> ToolFormat | None:
+        """The syntax the model writes calls in, when the request offers tools; a model whose
+        template knows no tools is refused when the request needs them."""
+        history = any(m.tool_calls or m.role == "tool" for m in asked.messages)
+        if not (asked.uses_tools or history):
+            return None
+        template = self.engine.target.chat_template
+        if template is None or not template_knows_tools(template):
+            why = (
+                "has no chat template" if template is None else "has a chat template without tools"
+            )
+            raise ApiError(
+                400,
+                f"The model '{self.settings.model_id}' cannot use tools: it {why}, so it was "
+                "never shown how to call a function. Serve a model whose template knows tools "
+                "(Qwen2.5, Llama 3.1+, Mistral...), or send no tools and no tool messages.",
+                param="tools" if asked.tools else "messages",
+                code="tools_not_supported",
+            )
+        return detect_format(template) if asked.uses_tools else None
+
+    def _prompt_tokens(self, asked: GenerationRequest, tool_format: ToolFormat | None) -> list[int]:
         try:
             if asked.prompt is not None:  # a text completion: the prompt as it is
                 as_is = [Message("user", asked.prompt)]
                 return self.engine.prompt_tokens(as_is, chat_template=False)
+            if tool_format is not None:
+                return self._prompt_with_tools(asked)
             return self.engine.prompt_tokens(list(asked.messages))
         except SpecllamaError as exc:  # the model's chat template refused these messages
             raise ApiError(400, str(exc), param="messages", code="invalid_value") from None
+
+    def _prompt_with_tools(self, asked: GenerationRequest) -> list[int]:
+        """As `Engine.prompt_tokens`, with the tools given to the template."""
+        target = self.engine.target
+        vocab = target.vocab
+        bos = target.special_token_text(vocab.bos) if vocab.add_bos else ""
+        text = render_chat(
+            target.chat_template or "",
+            list(asked.messages),
+            bos_token=bos,
+            eos_token=target.special_token_text(vocab.eos),
+            tools=[tool.as_openai() for tool in asked.tools],
+        )
+        # A template that writes the BOS itself must not get a second one from the tokenizer.
+        return target.tokenize(text, add_bos=vocab.add_bos and not (bos and text.startswith(bos)))
+
+    def _constraint(self, asked: GenerationRequest, fmt: ToolFormat | None) -> Grammar | None:
+        """The compiled rule: the forced call, response_format or grammar, or a JSON answer
+        or a call (response_format beside tools the model may call)."""
+        spec, param = asked.rule, asked.rule_param
+        if fmt is not None and (asked.forces_call or spec is not None):
+            special = self.grammars.special(fmt.markers)
+            reply = _reply_schema(spec) if not asked.forces_call else None
+            tools = asked.forced_tools()
+            lark = call_grammar(
+                fmt, tools, parallel=asked.parallel_tool_calls, special=special, or_json=reply
+            )
+            spec, param = ConstraintSpec("lark", lark), param or "tools"
+        if spec is None:
+            return None
+        try:
+            return self.grammars.get(spec)
+        except ConstraintError as exc:
+            code = "invalid_grammar" if param == "grammar" else "invalid_schema"
+            raise ApiError(400, f"Invalid '{param}': {exc}", param=param, code=code) from None
 
     def _max_tokens(self, prompt: list[int], asked: GenerationRequest) -> int:
         """The prompt must leave room for one new token; generation ends at a full context."""
@@ -255,7 +382,8 @@ class Api:
                 yield _sse(chunk)
             async for output in job.outputs():
                 if isinstance(output, Text):
-                    yield _sse(shape.text_chunk(output))
+                    for chunk in shape.text_chunks(output):
+                        yield _sse(chunk)
                 elif isinstance(output, Done):
                     self._report(shape, output)
                     for chunk in shape.final_chunks(output):
@@ -299,6 +427,14 @@ class Api:
             done.n_prompt_reused,
             s.finish_reason,
         )
+
+
+def _reply_schema(spec: ConstraintSpec | None) -> dict[str, object] | None:
+    """response_format's schema, for a grammar that also allows calls."""
+    if spec is None:
+        return None
+    schema = json.loads(spec.source) if spec.kind == "json_schema" else {"type": "object"}
+    return schema if isinstance(schema, dict) else {}
 
 
 def _file_facts(path: Path) -> dict[str, object]:

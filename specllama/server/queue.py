@@ -17,6 +17,7 @@ import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 
+from specllama.engine.constraint import Grammar
 from specllama.engine.control import kind_of
 from specllama.engine.events import FinishEvent, RoundEvent, TokenEvent
 from specllama.engine.sampling import SamplingParams
@@ -48,6 +49,7 @@ class Work:
     max_tokens: int
     stop: tuple[str, ...] = ()
     drafter: str | None = None  # one of the engine's drafter_choices(); None: its current one
+    constraint: Grammar | None = None  # the rule every answer token must follow (compiled)
 
 
 @dataclass(frozen=True)
@@ -229,7 +231,13 @@ def answer(engine: Engine, work: Work, cancelled: threading.Event) -> Iterator[O
     round_: RoundEvent | None = None
     to_come = 0  # this round's tokens not seen yet
     params = work.params.with_seed()  # drawn here, so that an answer cut short reports it too
-    events = engine.generate(work.prompt, params, max_tokens=work.max_tokens, drafter=drafter)
+    events = engine.generate(
+        work.prompt,
+        params,
+        max_tokens=work.max_tokens,
+        drafter=drafter,
+        constraint=work.constraint,
+    )
     try:
         for event in events:
             if cancelled.is_set():

@@ -2,27 +2,36 @@
 
 Every mistake a client can make is an ApiError: it renders as OpenAI's error body,
 {"error": {"message", "type", "param", "code"}}, with its HTTP status. A parameter specllama
-cannot honour (n > 1, tools, logprobs, images...) is refused by name, never ignored: only its
+cannot honour (n > 1, logprobs, images...) is refused by name, never ignored: only its
 "off" value (null, false, 0, empty, n = 1) is accepted, as clients often send those.
+
+Function tools (`tools`, `tool_choice`, `parallel_tool_calls`, assistant `tool_calls` and
+`tool` messages) and output rules (`response_format`, and llama-server's `grammar`, GBNF) are
+read here into plain values; the server decides what the model's template makes of them.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from specllama.chat import Message
+from specllama.chat import Message, ToolCall
+from specllama.engine.constraint import ConstraintSpec
 from specllama.engine.noise import SEED_LIMIT
 from specllama.engine.sampling import SamplingParams
+from specllama.tool_calls import Tool
 
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # the OpenAI reference's default for /v1/completions
 # OpenAI allows 4 stop strings; editor plugins send more. Each costs checks on every token.
 MAX_STOPS = 32
 MAX_STOP_CHARS = 256
 RANDOM_SEED = -1  # llama.cpp's convention for "no seed", which some clients send
+FUNCTION_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")  # OpenAI's rule for function names
+TOOL_CHOICES = ("none", "auto", "required")
 
 
 class ApiError(Exception):
@@ -81,19 +90,23 @@ NEUTRAL: dict[str, Callable[[object], bool]] = {
     "top_logprobs": _off,
     "echo": _off,
     "suffix": _off,
-    "tools": _off,
-    "functions": _off,
-    "tool_choice": lambda v: _off(v) or v in ("none", "auto"),
+    "functions": _off,  # the deprecated form of tools
     "function_call": lambda v: _off(v) or v in ("none", "auto"),
-    "parallel_tool_calls": lambda v: v is None or isinstance(v, bool),
-    "response_format": lambda v: _off(v) or v == {"type": "text"},
     "modalities": lambda v: _off(v) or v == ["text"],
     "audio": _off,
     "prediction": _off,
     "reasoning_effort": _off,
     "web_search_options": _off,
 }
-ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+ROLES = {
+    "system": "system",
+    "developer": "system",
+    "user": "user",
+    "assistant": "assistant",
+    "tool": "tool",
+}
+# Message fields a client echoes back from an answer (the openai package does): only null.
+MESSAGE_NEUTRAL = ("refusal", "audio", "function_call", "annotations", "name")
 
 
 @dataclass(frozen=True)
@@ -109,6 +122,28 @@ class GenerationRequest:
     messages: tuple[Message, ...] = ()  # chat
     drafter: str | None = None  # specllama.drafter: who drafts this answer; None: the server's
     prompt: str | None = None  # text completion
+    tools: tuple[Tool, ...] = ()
+    tool_choice: str = "auto"  # "auto", "none", "required", or "function": `forced_function`
+    forced_function: str | None = None
+    parallel_tool_calls: bool = True
+    # response_format (json_object, json_schema) or grammar (GBNF); `rule_param` names which
+    rule: ConstraintSpec | None = None
+    rule_param: str | None = None
+
+    @property
+    def uses_tools(self) -> bool:
+        """Whether the model is told of tools and its answer read for calls."""
+        return bool(self.tools) and self.tool_choice != "none"
+
+    @property
+    def forces_call(self) -> bool:
+        return self.uses_tools and self.tool_choice in ("required", "function")
+
+    def forced_tools(self) -> tuple[Tool, ...]:
+        """The tools a forced call may be to: the one named, or all of them."""
+        if self.tool_choice == "function":
+            return tuple(t for t in self.tools if t.name == self.forced_function)
+        return self.tools
 
     def sampling_params(self, defaults: SamplingParams) -> SamplingParams:
         """The server's defaults, with what the client set."""
@@ -132,7 +167,19 @@ def parse_chat(body: dict[str, Any]) -> GenerationRequest:
     newer = fields.int("max_completion_tokens", minimum=1)
     older = fields.int("max_tokens", minimum=1)
     messages = _messages(fields.get("messages", list, "an array", required=True))
-    return _request(fields, max_tokens=older if newer is None else newer, messages=messages)
+    tools = _tools(fields.get("tools", list, "an array"))
+    choice, forced = _tool_choice(fields.get("tool_choice", (str, dict), "a string or an object"))
+    _check_choice(choice, forced, tools)
+    parallel = fields.get("parallel_tool_calls", bool, "a boolean")
+    return _request(
+        fields,
+        max_tokens=older if newer is None else newer,
+        messages=messages,
+        tools=tools,
+        tool_choice=choice,
+        forced_function=forced,
+        parallel_tool_calls=True if parallel is None else parallel,
+    )
 
 
 def parse_completion(body: dict[str, Any]) -> GenerationRequest:
@@ -162,6 +209,7 @@ def _request(fields: _Fields, **specific: Any) -> GenerationRequest:
         include_usage = bool(stream_options.get("include_usage", bool, "a boolean"))
         stream_options.refuse_unread()
     fields.get("user", str, "a string")  # an end-user id for abuse monitoring: no effect here
+    rule, rule_param = _rule(fields)
     asked = GenerationRequest(
         drafter=_extension(fields.get("specllama", dict, "an object")),
         model=fields.get("model", str, "a string", required=True),
@@ -169,10 +217,170 @@ def _request(fields: _Fields, **specific: Any) -> GenerationRequest:
         stop=_stop(fields.get("stop", (str, list), "a string or an array of strings")),
         stream=stream,
         include_usage=include_usage,
+        rule=rule,
+        rule_param=rule_param,
         **specific,
     )
     fields.refuse_unread()
+    if asked.forces_call and rule is not None:
+        raise ApiError(
+            400,
+            f"'{rule_param}' cannot be combined with a forced tool call (tool_choice "
+            f"{json.dumps(asked.tool_choice if not asked.forced_function else 'function')}): "
+            "the answer is the call. Send one or the other.",
+            param=rule_param,
+            code="unsupported_combination",
+        )
+    if asked.uses_tools and rule_param == "grammar":
+        raise ApiError(
+            400,
+            "'grammar' cannot be combined with tools (unless tool_choice is \"none\").",
+            param="grammar",
+            code="unsupported_combination",
+        )
     return asked
+
+
+# -- output rules ---------------------------------------------------------------------------
+
+
+def _rule(fields: _Fields) -> tuple[ConstraintSpec | None, str | None]:
+    """response_format (text, json_object, json_schema) or grammar (GBNF): one rule at most."""
+    grammar = fields.get("grammar", str, "a string")
+    response_format = fields.get("response_format", dict, "an object")
+    spec = _response_format(response_format) if response_format is not None else None
+    if grammar and spec is not None:
+        raise ApiError(
+            400,
+            "Send either 'response_format' or 'grammar', not both.",
+            param="grammar",
+            code="unsupported_combination",
+        )
+    if grammar:
+        return ConstraintSpec("gbnf", grammar), "grammar"
+    return (spec, "response_format") if spec is not None else (None, None)
+
+
+def _response_format(value: dict[str, Any]) -> ConstraintSpec | None:
+    fields = _Fields(value, "response_format")
+    kind = fields.get("type", str, "a string", required=True)
+    spec = None
+    if kind == "json_object":
+        spec = ConstraintSpec("json_object")
+    elif kind == "json_schema":
+        described = _Fields(
+            fields.get("json_schema", dict, "an object", required=True),
+            "response_format.json_schema",
+        )
+        described.get("name", str, "a string")
+        described.get("description", str, "a string")
+        described.get("strict", bool, "a boolean")  # always strict here: the schema is enforced
+        schema = described.get("schema", (dict, bool), "an object")
+        described.refuse_unread()
+        any_object = schema is None
+        spec = ConstraintSpec("json_object") if any_object else ConstraintSpec.json_schema(schema)
+    elif kind != "text":
+        raise ApiError(
+            400,
+            f"Invalid value for 'response_format.type': {kind!r}; expected one of text, "
+            "json_object, json_schema.",
+            param="response_format.type",
+            code="invalid_value",
+        )
+    fields.refuse_unread()
+    return spec
+
+
+# -- tools ----------------------------------------------------------------------------------
+
+
+def _tools(items: list[Any] | None) -> tuple[Tool, ...]:
+    tools = tuple(_tool(item, f"tools[{i}]") for i, item in enumerate(items or []))
+    names = [t.name for t in tools]
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            raise ApiError(
+                400,
+                f"Invalid 'tools[{i}].function.name': the name {name!r} is given twice.",
+                param=f"tools[{i}].function.name",
+                code="invalid_value",
+            )
+    return tools
+
+
+def _tool(item: object, where: str) -> Tool:
+    fields = _Fields(item, where)
+    kind = fields.get("type", str, "a string", required=True)
+    if kind != "function":
+        raise unsupported(f"{where}.type", f"a tool of type {kind!r} (function tools only)")
+    function = _Fields(_required_object(fields, "function"), f"{where}.function")
+    fields.refuse_unread()
+    name = _function_name(function, f"{where}.function.name")
+    description = function.get("description", str, "a string")
+    parameters = function.get("parameters", dict, "an object")
+    strict = bool(function.get("strict", bool, "a boolean"))
+    function.refuse_unread()
+    if parameters is None:
+        parameters = {"type": "object", "properties": {}}
+    return Tool(name, description, parameters, strict)
+
+
+def _function_name(fields: _Fields, where: str) -> str:
+    name = fields.get("name", str, "a string", required=True)
+    if not FUNCTION_NAME.fullmatch(name):
+        raise ApiError(
+            400,
+            f"Invalid '{where}': {name!r}; a function name is 1 to 64 letters, digits, "
+            "underscores or dashes.",
+            param=where,
+            code="invalid_value",
+        )
+    return name
+
+
+def _tool_choice(value: str | dict[str, Any] | None) -> tuple[str, str | None]:
+    if value is None:
+        return "auto", None
+    if isinstance(value, str):
+        if value not in TOOL_CHOICES:
+            raise ApiError(
+                400,
+                f"Invalid value for 'tool_choice': {value!r}; expected one of "
+                f"{', '.join(TOOL_CHOICES)}, or an object naming a function.",
+                param="tool_choice",
+                code="invalid_value",
+            )
+        return value, None
+    fields = _Fields(value, "tool_choice")
+    kind = fields.get("type", str, "a string", required=True)
+    if kind != "function":
+        raise unsupported("tool_choice.type", f"a tool choice of type {kind!r}")
+    function = _Fields(_required_object(fields, "function"), "tool_choice.function")
+    fields.refuse_unread()
+    name = function.get("name", str, "a string", required=True)
+    function.refuse_unread()
+    return "function", name
+
+
+def _required_object(fields: _Fields, name: str) -> dict[str, Any]:
+    return fields.get(name, dict, "an object", required=True)
+
+
+def _check_choice(choice: str, forced: str | None, tools: tuple[Tool, ...]) -> None:
+    if choice in ("required", "function") and not tools:
+        raise ApiError(
+            400,
+            "'tool_choice' asks for a tool call, but the request has no 'tools'.",
+            param="tool_choice",
+            code="invalid_value",
+        )
+    if forced is not None and forced not in {t.name for t in tools}:
+        raise ApiError(
+            400,
+            f"Invalid value for 'tool_choice.function.name': no tool is named {forced!r}.",
+            param="tool_choice.function.name",
+            code="invalid_value",
+        )
 
 
 def _sampling(fields: _Fields) -> dict[str, Any]:
@@ -231,12 +439,9 @@ def _messages(items: list[Any]) -> tuple[Message, ...]:
 
 def _message(item: object, where: str) -> Message:
     fields = _Fields(item, where)
-    for name in fields.object:
-        if name not in ("role", "content"):  # tool_calls, name, audio, refusal...
-            raise unsupported(f"{where}.{name}", f"'{name}' in a message")
     role = fields.get("role", str, "a string", required=True)
-    if role in ("tool", "function"):
-        raise unsupported(f"{where}.role", f"the '{role}' role (tool calling)")
+    if role == "function":
+        raise unsupported(f"{where}.role", "the 'function' role (send 'tool' messages)")
     if role not in ROLES:
         raise ApiError(
             400,
@@ -245,6 +450,15 @@ def _message(item: object, where: str) -> Message:
             code="invalid_value",
         )
     content = fields.get("content", (str, list), "a string or an array of content parts")
+    calls = _message_calls(fields, where) if role == "assistant" else ()
+    call_id = fields.get("tool_call_id", str, "a string", required=True) if role == "tool" else None
+    if role == "tool":
+        fields.get("name", str, "a string")  # the function's name, which some clients add
+    for name, value in fields.object.items():
+        if name not in ("role", "content", "tool_calls", "tool_call_id") and not (
+            name in fields.read or (name in MESSAGE_NEUTRAL and value is None)
+        ):
+            raise unsupported(f"{where}.{name}", f"'{name}' in a message")
     if content is None and role != "assistant":
         raise ApiError(
             400,
@@ -252,7 +466,28 @@ def _message(item: object, where: str) -> Message:
             param=f"{where}.content",
             code="missing_required_parameter",
         )
-    return Message(ROLES[role], _text_content(content, f"{where}.content"))
+    text = _text_content(content, f"{where}.content")
+    return Message(ROLES[role], text, tool_calls=calls, tool_call_id=call_id)
+
+
+def _message_calls(fields: _Fields, where: str) -> tuple[ToolCall, ...]:
+    """An assistant message's tool_calls: {id, type: "function", function: {name, arguments}}."""
+    items = fields.get("tool_calls", list, "an array") or []
+    calls = []
+    for i, item in enumerate(items):
+        at = f"{where}.tool_calls[{i}]"
+        call = _Fields(item, at)
+        call_id = call.get("id", str, "a string", required=True)
+        kind = call.get("type", str, "a string") or "function"
+        if kind != "function":
+            raise unsupported(f"{at}.type", f"a tool call of type {kind!r}")
+        function = _Fields(_required_object(call, "function"), f"{at}.function")
+        call.refuse_unread()
+        name = function.get("name", str, "a string", required=True)
+        arguments = function.get("arguments", str, "a string") or "{}"
+        function.refuse_unread()
+        calls.append(ToolCall(call_id, name, arguments))
+    return tuple(calls)
 
 
 def _text_content(content: str | list[Any] | None, where: str) -> str:
@@ -293,7 +528,7 @@ class _Fields:
             )
         self.object: dict[str, Any] = value
         self._where = where
-        self._read: set[str] = set()
+        self.read: set[str] = set()
 
     def _path(self, name: str) -> str:
         return f"{self._where}.{name}" if self._where else name
@@ -301,7 +536,7 @@ class _Fields:
     def refuse_unread(self) -> None:
         """Refuse every field not read, except OpenAI's parameters at their off value."""
         for name, value in self.object.items():
-            if name in self._read:
+            if name in self.read:
                 continue
             if name in NEUTRAL:
                 if NEUTRAL[name](value):
@@ -322,7 +557,7 @@ class _Fields:
         *,
         required: bool = False,
     ) -> Any:
-        self._read.add(name)
+        self.read.add(name)
         value = self.object.get(name)
         if value is None:
             if required:

@@ -7,11 +7,19 @@ import json
 
 import pytest
 
-from specllama.chat import Message
+from specllama.chat import Message, ToolCall
+from specllama.engine.constraint import ConstraintSpec
 from specllama.engine.sampling import SamplingParams
 from specllama.server.requests import ApiError, parse_chat, parse_completion, parse_json
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": WEATHER}}
+JSON = {"type": "json_object"}
+
+
+def named_choice(name: str) -> dict:
+    return {"type": "function", "function": {"name": name}}
 
 
 def chat(**fields):
@@ -75,11 +83,11 @@ def test_completion_defaults_to_16_tokens_as_the_openai_reference():
     ("fields", "param"),
     [
         ({"n": 2}, "n"),
-        ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
+        ({"tools": [{"type": "custom", "custom": {"name": "f"}}]}, "tools[0].type"),
+        ({"functions": [{"name": "f"}]}, "functions"),
         ({"logprobs": True}, "logprobs"),
         ({"frequency_penalty": 0.5}, "frequency_penalty"),
-        ({"response_format": {"type": "json_object"}}, "response_format"),
-        ({"messages": [{"role": "tool", "content": "x"}]}, "messages[0].role"),
+        ({"messages": [{"role": "function", "content": "x"}]}, "messages[0].role"),
         ({"messages": [{"role": "user", "content": "x", "name": "bob"}]}, "messages[0].name"),
         (
             {
@@ -133,11 +141,34 @@ def test_an_unknown_parameter_is_named():
         ({"stop": "x" * 300}, "stop", "invalid_value"),
         ({"seed": -2}, "seed", "invalid_value"),
         ({"seed": 2**64}, "seed", "invalid_value"),  # the noise's key is 64 bits
+        (
+            {"messages": [{"role": "tool", "content": "x"}]},
+            "messages[0].tool_call_id",
+            "missing_required_parameter",
+        ),
+        ({"tools": [{"type": "function"}]}, "tools[0].function", "missing_required_parameter"),
+        ({"tools": [{"type": "function", "function": {}}]}, "tools[0].function.name", None),
+        ({"tools": [TOOL, TOOL]}, "tools[1].function.name", "invalid_value"),
+        ({"tools": "get_weather"}, "tools", "invalid_type"),
+        ({"tools": [{**TOOL, "function": {"name": "a b"}}]}, "tools[0].function.name", None),
+        ({"tools": [TOOL], "tool_choice": "always"}, "tool_choice", "invalid_value"),
+        ({"tool_choice": "required"}, "tool_choice", "invalid_value"),
+        ({"tools": [TOOL], "tool_choice": named_choice("nope")}, "tool_choice.function.name", None),
+        ({"response_format": {"type": "xml"}}, "response_format.type", "invalid_value"),
+        ({"response_format": {"type": "json_schema"}}, "response_format.json_schema", None),
+        ({"grammar": 'root ::= "a"', "response_format": JSON}, "grammar", None),
+        (
+            {"tools": [TOOL], "tool_choice": "required", "response_format": JSON},
+            "response_format",
+            None,
+        ),
+        ({"tools": [TOOL], "grammar": 'root ::= "a"'}, "grammar", "unsupported_combination"),
     ],
 )
 def test_wrong_values_and_types_name_the_parameter(fields, param, code):
     error = refused(parse_chat, {**CHAT, **fields})
-    assert (error.status, error.param, error.code) == (400, param, code)
+    assert (error.status, error.param) == (400, param)
+    assert code is None or error.code == code
 
 
 @pytest.mark.parametrize(
@@ -171,3 +202,54 @@ def test_errors_render_in_openai_shape():
         }
     }
     assert ApiError(503, "busy").body()["error"]["type"] == "server_error"
+
+
+def test_tools_tool_choice_and_the_messages_of_a_call():
+    asked = chat(
+        messages=[
+            {"role": "user", "content": "Weather in Paris?"},
+            {
+                "role": "assistant",
+                "content": None,
+                "refusal": None,  # what the openai package echoes back from an answer
+                "tool_calls": [
+                    {
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": "call_1", "content": "sunny, 21 C"},
+        ],
+        tools=[TOOL, {"type": "function", "function": {"name": "now", "strict": True}}],
+        tool_choice=named_choice("get_weather"),
+        parallel_tool_calls=False,
+    )
+    assert asked.messages[1] == Message(
+        "assistant", "", tool_calls=(ToolCall("call_1", "get_weather", '{"city": "Paris"}'),)
+    )
+    assert asked.messages[2] == Message("tool", "sunny, 21 C", tool_call_id="call_1")
+    assert [t.name for t in asked.tools] == ["get_weather", "now"]
+    assert asked.tools[0].parameters == WEATHER and not asked.tools[0].strict
+    assert asked.tools[1].strict and asked.tools[1].parameters["type"] == "object"
+    assert asked.forces_call and [t.name for t in asked.forced_tools()] == ["get_weather"]
+    assert not asked.parallel_tool_calls
+    assert chat(tools=[TOOL]).uses_tools and not chat(tools=[TOOL]).forces_call
+    assert not chat(tools=[TOOL], tool_choice="none").uses_tools
+    assert chat(tools=[TOOL], tool_choice="required").forced_tools() == chat(tools=[TOOL]).tools
+
+
+def test_response_format_and_grammar_become_rules():
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    described = {"name": "thing", "schema": schema, "strict": True}
+    asked = chat(response_format={"type": "json_schema", "json_schema": described})
+    assert asked.rule == ConstraintSpec.json_schema(schema)
+    assert asked.rule_param == "response_format"
+    assert chat(response_format=JSON).rule == ConstraintSpec("json_object")
+    assert chat(response_format={"type": "text"}).rule is None
+    gbnf = 'root ::= "yes" | "no"'
+    assert chat(grammar=gbnf).rule == ConstraintSpec("gbnf", gbnf)
+    assert parse_completion({"model": "m", "prompt": "x", "grammar": gbnf}).rule_param == "grammar"
+    # A JSON answer or a call: response_format beside tools the model may call.
+    assert chat(tools=[TOOL], response_format=JSON).rule == ConstraintSpec("json_object")

@@ -1,0 +1,417 @@
+"""Tool calls in each model family's own syntax: told from the chat template, parsed back from
+the answer (whole, or as it streams), and forced by a grammar when the client requires a call.
+
+A chat template that uses `tools` teaches the model one way to write a call:
+- Hermes (Qwen2.5/3, Hermes, SmolLM3...): any number of
+  `<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`, with text around;
+- Llama 3.x: the whole answer is `{"name": ..., "parameters": {...}}` (after an optional
+  `<|python_tag|>`; several joined by `;`);
+- Mistral: `[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]` at the end of the answer (the
+  marker is a control token, so the text may begin at the `[`).
+A template that uses `tools` in none of these ways gets the Hermes syntax: it is plain JSON in
+tags, which the grammar can force and the parser read.
+
+A call the model broke off (cut by max_tokens, or JSON that does not parse) is no call: its raw
+text stays in the content, and the finish reason is the generation's own ("length", "stop").
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from jinja2 import TemplateError, meta
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from specllama.chat import ToolCall
+
+# Compact JSON, as the templates write it (and as the constraint's own JSON options).
+_JSON_STYLE = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+
+
+@dataclass(frozen=True)
+class Tool:
+    """One function a client offers: its name, what it does, its parameters' JSON Schema."""
+
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] = field(default_factory=lambda: {"type": "object"})
+    strict: bool = False
+
+    def as_openai(self) -> dict[str, Any]:
+        """The tool as OpenAI's API (and the chat templates trained on it) writes it."""
+        function: dict[str, Any] = {"name": self.name}
+        if self.description is not None:
+            function["description"] = self.description
+        function["parameters"] = self.parameters
+        return {"type": "function", "function": function}
+
+
+def new_call_id() -> str:
+    return f"call_{uuid.uuid4().hex[:24]}"
+
+
+def template_knows_tools(template: str) -> bool:
+    """Whether the template reads the `tools` variable at all (SmolLM2's does not)."""
+    try:
+        parsed = ImmutableSandboxedEnvironment().parse(template)
+    except TemplateError:
+        return False
+    return "tools" in meta.find_undeclared_variables(parsed)
+
+
+# -- what a parse gives ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A settled piece of an answer: text for `content`, or one whole call."""
+
+    text: str = ""
+    call: ToolCall | None = None
+
+
+@dataclass(frozen=True)
+class Scan:
+    """Segments settled from `start` up to `end`; text after `end` is held (a call may begin
+    there). `broken`: a call began but cannot be read (only when the answer is final)."""
+
+    segments: list[Segment]
+    end: int
+    broken: bool = False
+
+
+@dataclass(frozen=True)
+class Parsed:
+    content: str | None  # None: no text besides the calls
+    calls: list[ToolCall]
+    broken: bool  # a call was broken off: its raw text is in `content`
+
+
+def _call(name: object, arguments: object) -> ToolCall | None:
+    """A call read from the model's JSON, or None when it does not have the shape of one."""
+    if not isinstance(name, str) or not name or not isinstance(arguments, dict | str):
+        return None
+    if isinstance(arguments, str):  # some models write the arguments as a JSON string
+        try:
+            arguments = json.loads(arguments)
+        except ValueError:
+            return None
+        if not isinstance(arguments, dict):
+            return None
+    return ToolCall(new_call_id(), name, json.dumps(arguments, ensure_ascii=False))
+
+
+def _json_call(text: str, arguments_key: str = "arguments") -> ToolCall | None:
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    arguments = data.get(arguments_key, data.get("arguments", data.get("parameters", {})))
+    return _call(data.get("name"), arguments)
+
+
+def _held_prefix(text: str, marker: str) -> int:
+    """How many characters at the end of `text` could be the beginning of `marker`."""
+    for n in range(min(len(marker) - 1, len(text)), 0, -1):
+        if marker.startswith(text[-n:]):
+            return n
+    return 0
+
+
+def _lark_string(text: str) -> str:
+    return json.dumps(text)
+
+
+def _arguments_rule(tool: Tool) -> str:
+    schema = tool.parameters if tool.parameters else {"type": "object"}
+    if isinstance(schema, dict):
+        schema = {**schema, "x-guidance": _JSON_STYLE}
+    return f"%json {json.dumps(schema)}"
+
+
+# -- the formats ----------------------------------------------------------------------------
+
+
+class ToolFormat:
+    """One family's syntax. `scan` reads the answer from `start` (where the last scan ended);
+    `final` says that no more text will come."""
+
+    name = ""
+    markers: tuple[str, ...] = ()  # texts that may be one special token of the vocabulary
+
+    def scan(self, text: str, start: int, final: bool) -> Scan:
+        raise NotImplementedError
+
+    def rules(self, tools: Sequence[Tool], *, parallel: bool, special: set[str]) -> list[str]:
+        """Lark rules (llguidance's dialect) whose `calls` is one call to one of `tools` (or one
+        or more when `parallel`), each call's arguments following its schema. `special`: the
+        markers that are special tokens of the vocabulary (then written `<tag>`, else as text)."""
+        raise NotImplementedError
+
+
+class Hermes(ToolFormat):
+    name = "hermes"
+    OPEN, CLOSE = "<tool_call>", "</tool_call>"
+    markers = (OPEN, CLOSE)
+
+    def scan(self, text: str, start: int, final: bool) -> Scan:
+        segments: list[Segment] = []
+        pos = start
+        while True:
+            opened = text.find(self.OPEN, pos)
+            if opened == -1:
+                end = len(text) if final else len(text) - _held_prefix(text[pos:], self.OPEN)
+                segments.append(Segment(text[pos:end]))
+                return Scan(segments, end)
+            segments.append(Segment(text[pos:opened]))
+            body_start = opened + len(self.OPEN)
+            closed = text.find(self.CLOSE, body_start)
+            if closed == -1 and not final:
+                return Scan(segments, opened)
+            body = text[body_start:] if closed == -1 else text[body_start:closed]
+            call = _json_call(body.strip())
+            if call is None:  # broken off, or not JSON: the rest stays text
+                segments.append(Segment(text[opened:]))
+                return Scan(segments, len(text), broken=True)
+            segments.append(Segment(call=call))
+            pos = len(text) if closed == -1 else closed + len(self.CLOSE)
+
+    def rules(self, tools: Sequence[Tool], *, parallel: bool, special: set[str]) -> list[str]:
+        def tag(marker: str) -> str:
+            return marker if marker in special else _lark_string(marker)
+
+        rules = [
+            'calls: call ("\\n" call)*' if parallel else "calls: call",
+            "call: " + " | ".join(f"call_{i}" for i in range(len(tools))),
+        ]
+        for i, tool in enumerate(tools):
+            head = _lark_string(f'\n{{"name": {json.dumps(tool.name)}, "arguments": ')
+            rules.append(f'call_{i}: {tag(self.OPEN)} {head} args_{i} "}}\\n" {tag(self.CLOSE)}')
+            rules.append(f"args_{i}: {_arguments_rule(tool)}")
+        return rules
+
+
+class Llama3(ToolFormat):
+    """The answer is a call as a whole, or text: told apart by how it begins."""
+
+    name = "llama3"
+    TAG = "<|python_tag|>"
+    markers = (TAG,)
+
+    def scan(self, text: str, start: int, final: bool) -> Scan:
+        if start > 0:  # already told to be text
+            return Scan([Segment(text[start:])], len(text))
+        head = text.lstrip()
+        maybe_call = head.startswith(("{", self.TAG)) or self.TAG.startswith(head)
+        if not maybe_call:
+            return Scan([Segment(text)], len(text))
+        if not final:
+            return Scan([], 0)
+        calls = _llama3_calls(head.removeprefix(self.TAG).strip())
+        if calls is None:
+            return Scan([Segment(text)], len(text), broken=head.startswith(("{", self.TAG)))
+        return Scan([Segment(call=c) for c in calls], len(text))
+
+    def rules(self, tools: Sequence[Tool], *, parallel: bool, special: set[str]) -> list[str]:
+        rules = [
+            'calls: call ("; " call)*' if parallel else "calls: call",
+            "call: " + " | ".join(f"call_{i}" for i in range(len(tools))),
+        ]
+        for i, tool in enumerate(tools):
+            head = _lark_string(f'{{"name": {json.dumps(tool.name)}, "parameters": ')
+            rules.append(f'call_{i}: {head} args_{i} "}}"')
+            rules.append(f"args_{i}: {_arguments_rule(tool)}")
+        return rules
+
+
+def _llama3_calls(text: str) -> list[ToolCall] | None:
+    decoder = json.JSONDecoder()
+    calls: list[ToolCall] = []
+    pos = 0
+    while pos < len(text):
+        try:
+            data, pos = decoder.raw_decode(text, pos)
+        except ValueError:
+            return None
+        call = (
+            _call(data.get("name"), data.get("parameters", data.get("arguments", {})))
+            if (isinstance(data, dict))
+            else None
+        )
+        if call is None:
+            return None
+        calls.append(call)
+        while pos < len(text) and text[pos] in "; \n\t":
+            pos += 1
+    return calls or None
+
+
+class Mistral(ToolFormat):
+    """`[TOOL_CALLS]` then a JSON array of calls; the marker is a control token, which the
+    answer's text may not show, so an answer beginning with `[{` is read as calls too."""
+
+    name = "mistral"
+    MARK = "[TOOL_CALLS]"
+
+    def scan(self, text: str, start: int, final: bool) -> Scan:
+        marked = text.find(self.MARK, start)
+        if marked == -1 and not text[:start].strip():  # only blanks so far: `[{` may begin
+            head = text.lstrip()
+            if head.startswith("[{"):
+                marked = len(text) - len(head)
+            elif not final and head in ("", "["):
+                return Scan([], start)
+        if marked == -1:
+            hold = 0 if final else _held_prefix(text[start:], self.MARK)
+            return Scan([Segment(text[start : len(text) - hold])], len(text) - hold)
+        if not final:
+            return Scan([Segment(text[start:marked])], marked)
+        calls = _mistral_calls(text[marked:].removeprefix(self.MARK).strip())
+        if calls is None:
+            return Scan([Segment(text[start:])], len(text), broken=True)
+        return Scan([Segment(text[start:marked]), *(Segment(call=c) for c in calls)], len(text))
+
+    def rules(self, tools: Sequence[Tool], *, parallel: bool, special: set[str]) -> list[str]:
+        rules = [
+            'calls: "[" call (", " call)* "]"' if parallel else 'calls: "[" call "]"',
+            "call: " + " | ".join(f"call_{i}" for i in range(len(tools))),
+        ]
+        for i, tool in enumerate(tools):
+            head = _lark_string(f'{{"name": {json.dumps(tool.name)}, "arguments": ')
+            rules.append(f'call_{i}: {head} args_{i} "}}"')
+            rules.append(f"args_{i}: {_arguments_rule(tool)}")
+        return rules
+
+
+def _mistral_calls(body: str) -> list[ToolCall] | None:
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(data, list) or not data:
+        return None
+    calls = [_call(d.get("name"), d.get("arguments", {})) for d in data if isinstance(d, dict)]
+    found = [c for c in calls if c is not None]
+    return found if len(found) == len(data) else None
+
+
+def call_grammar(
+    fmt: ToolFormat,
+    tools: Sequence[Tool],
+    *,
+    parallel: bool,
+    special: set[str],
+    or_json: dict[str, Any] | None = None,
+) -> str:
+    """The Lark grammar of a forced answer: the call(s); or, with `or_json` (a JSON Schema),
+    either a JSON answer following it or the call(s): tools offered beside a response_format."""
+    rules = fmt.rules(tools, parallel=parallel, special=special)
+    if or_json is None:
+        return "\n".join(["start: calls", *rules]) + "\n"
+    reply = f"reply: %json {json.dumps({**or_json, 'x-guidance': _JSON_STYLE})}"
+    return "\n".join(["start: reply | calls", reply, *rules]) + "\n"
+
+
+FORMATS: dict[str, type[ToolFormat]] = {"hermes": Hermes, "llama3": Llama3, "mistral": Mistral}
+
+
+def detect_format(template: str) -> ToolFormat:
+    """The tool-call syntax the template teaches (Hermes when it teaches none we know)."""
+    if "[TOOL_CALLS]" in template:
+        return Mistral()
+    if "<tool_call>" in template:
+        return Hermes()
+    if "<|python_tag|>" in template or (
+        "<|start_header_id|>" in template and '"parameters"' in template
+    ):
+        return Llama3()
+    return Hermes()
+
+
+# -- reading an answer ----------------------------------------------------------------------
+
+
+def parse_answer(fmt: ToolFormat, text: str) -> Parsed:
+    """A finished answer: its text and its calls."""
+    stream = CallStream(fmt)
+    stream.feed(text)
+    stream.finish()
+    return stream.result()
+
+
+@dataclass(frozen=True)
+class Delta:
+    """One streamed piece: content text, or the `index`-th call whole."""
+
+    content: str = ""
+    call: ToolCall | None = None
+    index: int = 0
+
+
+class CallStream:
+    """Reads an answer as it streams: content goes out as soon as no call can begin in it;
+    text from where a call may begin is held until the call is whole (then it goes out as a
+    call) or cannot be one (then as text). Blanks between content and calls are dropped."""
+
+    def __init__(self, fmt: ToolFormat) -> None:
+        self._fmt = fmt
+        self._text = ""
+        self._settled = 0  # where the next scan starts
+        self._blanks = ""  # trailing whitespace of the content, held until text follows it
+        self._after_call = False
+        self._content: list[str] = []
+        self._calls: list[ToolCall] = []
+        self.broken = False
+
+    def feed(self, text: str) -> list[Delta]:
+        self._text += text
+        return self._scan(final=False)
+
+    def finish(self) -> list[Delta]:
+        deltas = self._scan(final=True)
+        if self._blanks and not self._calls:  # an answer of text only keeps its whitespace
+            deltas.append(self._say(self._blanks))
+        self._blanks = ""
+        return deltas
+
+    def result(self) -> Parsed:
+        content = "".join(self._content)
+        if self._calls and not content.strip():
+            content = None
+        return Parsed(content, list(self._calls), self.broken)
+
+    def _scan(self, final: bool) -> list[Delta]:
+        scan = self._fmt.scan(self._text, self._settled, final)
+        self._settled = scan.end
+        self.broken = self.broken or scan.broken
+        deltas: list[Delta] = []
+        for segment in scan.segments:
+            if segment.call is not None:
+                self._blanks = ""  # blanks before a call are not content
+                self._after_call = True
+                self._calls.append(segment.call)
+                deltas.append(Delta(call=segment.call, index=len(self._calls) - 1))
+            elif segment.text:
+                deltas += self._text_delta(segment.text, final=final or scan.broken)
+        return deltas
+
+    def _text_delta(self, text: str, final: bool) -> list[Delta]:
+        if self._after_call:
+            text = text.lstrip()
+            if not text:
+                return []
+            self._after_call = False
+        text = self._blanks + text
+        body = text if final else text.rstrip()
+        self._blanks = text[len(body) :]
+        return [self._say(body)] if body else []
+
+    def _say(self, text: str) -> Delta:
+        self._content.append(text)
+        return Delta(content=text)
