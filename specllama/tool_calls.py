@@ -116,6 +116,36 @@ def _json_call(text: str, arguments_key: str = "arguments") -> ToolCall | None:
     return _call(data.get("name"), arguments)
 
 
+def _named_call(data: object, names: frozenset[str]) -> ToolCall | None:
+    """A bare JSON object that is a call to one of `names` (with its arguments), or None."""
+    if not isinstance(data, dict) or data.get("name") not in names:
+        return None
+    if "arguments" not in data and "parameters" not in data:
+        return None
+    return _call(data["name"], data.get("arguments", data.get("parameters")))
+
+
+def _bare_start(text: str) -> str:
+    """Whether `text` begins a bare JSON call, `{"name"` (maybe in a ```json fence): "yes",
+    "maybe" (the text so far is too short to tell), or "no"."""
+    rest = text
+    if rest.startswith("```"):
+        rest = rest[3:]
+        if len(rest) < 4 and "json".startswith(rest):
+            return "maybe"
+        rest = rest.removeprefix("json").lstrip()
+    elif "```".startswith(rest):
+        return "maybe"
+    if not rest:
+        return "maybe"
+    if not rest.startswith("{"):
+        return "no"
+    after, key = rest[1:].lstrip(), '"name"'
+    if len(after) < len(key):
+        return "maybe" if key.startswith(after) else "no"
+    return "yes" if after.startswith(key) else "no"
+
+
 def _held_prefix(text: str, marker: str) -> int:
     """How many characters at the end of `text` could be the beginning of `marker`."""
     for n in range(min(len(marker) - 1, len(text)), 0, -1):
@@ -140,10 +170,13 @@ def _arguments_rule(tool: Tool) -> str:
 
 class ToolFormat:
     """One family's syntax. `scan` reads the answer from `start` (where the last scan ended);
-    `final` says that no more text will come."""
+    `final` says that no more text will come. `names`: the offered tools' names."""
 
     name = ""
     markers: tuple[str, ...] = ()  # texts that may be one special token of the vocabulary
+
+    def __init__(self, names: Sequence[str] = ()) -> None:
+        self.names = frozenset(names)
 
     def scan(self, text: str, start: int, final: bool) -> Scan:
         raise NotImplementedError
@@ -156,6 +189,10 @@ class ToolFormat:
 
 
 class Hermes(ToolFormat):
+    """Calls in `<tool_call>` tags; also, as llama-server reads this format, a bare JSON call
+    (`{"name": ..., "arguments": ...}`, or in a ```json fence), which small models write instead.
+    A bare one counts only when it names an offered tool, so JSON in an answer stays text."""
+
     name = "hermes"
     OPEN, CLOSE = "<tool_call>", "</tool_call>"
     markers = (OPEN, CLOSE)
@@ -164,23 +201,66 @@ class Hermes(ToolFormat):
         segments: list[Segment] = []
         pos = start
         while True:
-            opened = text.find(self.OPEN, pos)
-            if opened == -1:
-                end = len(text) if final else len(text) - _held_prefix(text[pos:], self.OPEN)
-                segments.append(Segment(text[pos:end]))
-                return Scan(segments, end)
-            segments.append(Segment(text[pos:opened]))
-            body_start = opened + len(self.OPEN)
-            closed = text.find(self.CLOSE, body_start)
-            if closed == -1 and not final:
-                return Scan(segments, opened)
-            body = text[body_start:] if closed == -1 else text[body_start:closed]
-            call = _json_call(body.strip())
-            if call is None:  # broken off, or not JSON: the rest stays text
-                segments.append(Segment(text[opened:]))
+            begin, kind = self._next_call(text, pos)
+            if kind == "" or (kind == "maybe" and final):
+                segments.append(Segment(text[pos:]))
+                return Scan(segments, len(text))
+            segments.append(Segment(text[pos:begin]))
+            if kind == "maybe":
+                return Scan(segments, begin)
+            read = self._tagged(text, begin, final) if kind == "tag" else self._bare(text, begin)
+            if read is None:  # not whole yet: held
+                return Scan(segments, begin)
+            segment, pos, broken = read
+            if broken and not final:
+                return Scan(segments, begin)
+            segments.append(segment)
+            if broken:
                 return Scan(segments, len(text), broken=True)
-            segments.append(Segment(call=call))
-            pos = len(text) if closed == -1 else closed + len(self.CLOSE)
+
+    def _next_call(self, text: str, pos: int) -> tuple[int, str]:
+        """Where the next call begins from `pos`: (index, "tag" | "bare"), or (index, "maybe")
+        where the text so far may still become one, or (-1, "")."""
+        for i in range(pos, len(text)):
+            if text[i] not in "<`{":
+                continue
+            rest = text[i:]
+            if rest.startswith(self.OPEN):
+                return i, "tag"
+            if self.OPEN.startswith(rest):
+                return i, "maybe"
+            bare = _bare_start(rest)
+            if bare != "no":
+                return i, "bare" if bare == "yes" else "maybe"
+        return -1, ""
+
+    def _tagged(self, text: str, begin: int, final: bool) -> tuple[Segment, int, bool] | None:
+        body_start = begin + len(self.OPEN)
+        closed = text.find(self.CLOSE, body_start)
+        if closed == -1 and not final:
+            return None
+        body = text[body_start:] if closed == -1 else text[body_start:closed]
+        call = _json_call(body.strip())
+        if call is None:  # broken off, or not JSON: the rest stays text
+            return Segment(text[begin:]), len(text), True
+        return Segment(call=call), len(text) if closed == -1 else closed + len(self.CLOSE), False
+
+    def _bare(self, text: str, begin: int) -> tuple[Segment, int, bool] | None:
+        brace = text.index("{", begin)
+        try:
+            data, end = json.JSONDecoder().raw_decode(text, brace)
+        except ValueError:  # not whole yet (or never: then text, and broken, at the end)
+            return Segment(text[begin:]), len(text), True
+        call = _named_call(data, self.names)
+        if call is None:  # JSON, but no call to an offered tool: text
+            return Segment(text[begin:end]), end, False
+        if brace > begin:  # fenced: the closing fence belongs to the call
+            after = text[end:].lstrip()
+            if "```".startswith(after) and len(after) < 3:
+                return None
+            if after.startswith("```"):
+                end = len(text) - len(after) + 3
+        return Segment(call=call), end, False
 
     def rules(self, tools: Sequence[Tool], *, parallel: bool, special: set[str]) -> list[str]:
         def tag(marker: str) -> str:
@@ -321,17 +401,18 @@ def call_grammar(
 FORMATS: dict[str, type[ToolFormat]] = {"hermes": Hermes, "llama3": Llama3, "mistral": Mistral}
 
 
-def detect_format(template: str) -> ToolFormat:
-    """The tool-call syntax the template teaches (Hermes when it teaches none we know)."""
+def detect_format(template: str, names: Sequence[str] = ()) -> ToolFormat:
+    """The tool-call syntax the template teaches (Hermes when it teaches none we know), for
+    tools called `names`."""
     if "[TOOL_CALLS]" in template:
-        return Mistral()
+        return Mistral(names)
     if "<tool_call>" in template:
-        return Hermes()
+        return Hermes(names)
     if "<|python_tag|>" in template or (
         "<|start_header_id|>" in template and '"parameters"' in template
     ):
-        return Llama3()
-    return Hermes()
+        return Llama3(names)
+    return Hermes(names)
 
 
 # -- reading an answer ----------------------------------------------------------------------

@@ -308,7 +308,8 @@ class Api:
                 param="tools" if asked.tools else "messages",
                 code="tools_not_supported",
             )
-        return detect_format(template) if asked.uses_tools else None
+        names = [tool.name for tool in asked.tools]
+        return detect_format(template, names) if asked.uses_tools else None
 
     def _prompt_tokens(self, asked: GenerationRequest, tool_format: ToolFormat | None) -> list[int]:
         try:
