@@ -103,9 +103,10 @@ def copy_gguf(
     *,
     n_layers: int | None = None,
     token_overrides: dict[int, str] | None = None,
+    chat_template: str | None = None,
 ) -> None:
     """Rewrite `src` as F32 (all tensors dequantised), optionally keeping only the first
-    `n_layers` blocks and renaming some tokens."""
+    `n_layers` blocks, renaming some tokens and replacing the chat template."""
     reader = gguf.GGUFReader(src)
     arch = reader.fields["general.architecture"].contents()
     writer = gguf.GGUFWriter(dst, arch)
@@ -117,6 +118,8 @@ def copy_gguf(
             value = n_layers
         elif field.name == "general.file_type":
             value = int(gguf.LlamaFileType.ALL_F32)
+        elif field.name == "tokenizer.chat_template" and chat_template is not None:
+            value = chat_template
         elif field.name == "tokenizer.ggml.tokens" and token_overrides:
             value = list(value)
             for token, text in token_overrides.items():

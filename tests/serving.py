@@ -131,6 +131,49 @@ def run_target_alone(prompt: str, max_tokens: int, *extra: str, target: Path | N
     return result.stdout.splitlines()
 
 
+# A Hermes-style tool template (Qwen2.5's, shortened) for SmolLM2, whose own template knows no
+# tools: the F32 copy that wears it is a tool-capable model on which a greedy answer under the
+# tool grammar can be compared token for token across drafters.
+HERMES_TEMPLATE = (
+    "{%- if tools %}{{- '<|im_start|>system\\n' }}"
+    "{%- if messages[0].role == 'system' %}{{- messages[0].content }}"
+    "{%- else %}{{- 'You are a helpful assistant.' }}{%- endif %}"
+    "{{- '\\n\\n# Tools\\n\\nYou may call one or more functions. Function signatures within "
+    "<tools></tools>:\\n<tools>' }}"
+    "{%- for tool in tools %}{{- '\\n' }}{{- tool | tojson }}{%- endfor %}"
+    "{{- '\\n</tools>\\n\\nFor each call, return a JSON object with the function name and "
+    "arguments within <tool_call></tool_call> tags:\\n<tool_call>\\n{\"name\": <function-name>, "
+    "\"arguments\": <args-json-object>}\\n</tool_call><|im_end|>\\n' }}"
+    "{%- elif messages[0].role == 'system' %}"
+    "{{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}{%- endif %}"
+    "{%- for message in messages %}"
+    "{%- if message.role == 'user' or (message.role == 'system' and not loop.first) %}"
+    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
+    "{%- elif message.role == 'assistant' %}{{- '<|im_start|>assistant' }}"
+    "{%- if message.content %}{{- '\\n' + message.content }}{%- endif %}"
+    "{%- for call in message.tool_calls or [] %}"
+    "{{- '\\n<tool_call>\\n{\"name\": \"' + call.function.name + '\", \"arguments\": ' }}"
+    "{{- call.function.arguments | tojson }}{{- '}\\n</tool_call>' }}{%- endfor %}"
+    "{{- '<|im_end|>\\n' }}"
+    "{%- elif message.role == 'tool' %}"
+    "{{- '<|im_start|>user\\n<tool_response>\\n' + message.content + '\\n</tool_response>"
+    "<|im_end|>\\n' }}{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+
+def smollm2_f32_tools() -> Path:
+    """The F32 SmolLM2 wearing HERMES_TEMPLATE (built once into the test models' cache)."""
+    from model_factory import cache_dir, copy_gguf, smollm2_f32
+
+    path = cache_dir() / "SmolLM2-135M-Instruct.F32.tools.gguf"
+    if not path.exists():
+        partial = path.with_suffix(".partial")
+        copy_gguf(smollm2_f32(), partial, chat_template=HERMES_TEMPLATE)
+        partial.replace(path)
+    return path
+
+
 def chat(server: Server, prompt: str = PROMPT, max_tokens: int = 24, **kwargs):
     messages = [{"role": "user", "content": prompt}]
     return server.client().chat.completions.create(

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from specllama.chat import INTERRUPTED_MARK, Conversation, Message
+from specllama.chat import INTERRUPTED_MARK, Conversation, Message, ToolCall, render_chat
 from specllama.errors import SpecllamaError
 
 
@@ -108,3 +108,31 @@ def test_pop_user_and_reset():
     assert len(conv.turns) == 2
     conv.reset()
     assert conv.messages() == [Message("system", "sys")]
+
+
+def test_tools_and_calls_reach_the_template_as_hugging_face_templates_read_them():
+    """The tools as OpenAI writes them; an assistant's call with its arguments as an object
+    (the template writes them with tojson, in the model's key order, `<` unescaped)."""
+    template = (
+        "{% for t in tools %}{{ t.function.name }};{% endfor %}"
+        "{% for m in messages %}[{{ m.role }}:{{ m.content }}"
+        "{% for c in m.tool_calls or [] %}{{ c.function.name }}{{ c.function.arguments | tojson }}"
+        "{% endfor %}{% if m.tool_call_id %}#{{ m.tool_call_id }}{% endif %}]{% endfor %}"
+    )
+    messages = [
+        Message("user", "go"),
+        Message("assistant", "", tool_calls=(ToolCall("c1", "f", '{"z": "<b>", "a": 1}'),)),
+        Message("tool", "42", tool_call_id="c1"),
+    ]
+    tools = [
+        {"type": "function", "function": {"name": "f"}},
+        {"type": "function", "function": {"name": "g"}},
+    ]
+    text = render_chat(template, messages, tools=tools)
+    assert text == 'f;g;[user:go][assistant:f{"z": "<b>", "a": 1}][tool:42#c1]'
+    assert render_chat(template, messages[:1]) == "[user:go]"  # no tools: none given
+
+
+def test_a_call_whose_arguments_are_not_json_reaches_the_template_as_text():
+    call = ToolCall("c1", "f", "not json")
+    assert call.as_template_dict()["function"]["arguments"] == "not json"
