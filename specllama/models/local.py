@@ -92,6 +92,7 @@ def scan(
 
 
 ASSISTANT = "an MTP assistant, which drafts for its own model (--drafter mtp) and never alone"
+HEAD = "an {kind} draft head, which drafts for its own model (--draft FILE) and never alone"
 
 
 def _model_or_problem(found: Found, cache: HeaderCache) -> LocalModel | Problem:
@@ -99,6 +100,8 @@ def _model_or_problem(found: Found, cache: HeaderCache) -> LocalModel | Problem:
         model = read_model(found, cache)
     except ModelLoadError as exc:
         return Problem(found.ref, _without_path(str(exc), found.path))
+    if model.header.head_kind:
+        return Problem(found.ref, HEAD.format(kind=model.header.head_kind))
     return Problem(found.ref, ASSISTANT) if model.header.is_mtp_assistant else model
 
 

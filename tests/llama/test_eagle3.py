@@ -57,3 +57,24 @@ def test_a_real_mismatched_head_is_one_line(head, says):
         # The target is untouched: it still evaluates, with nothing attached.
         assert target.on_decoded is None
         target.decode([1000, 2000], [1])
+
+
+def test_a_head_file_is_known_by_its_architecture_and_never_listed_as_a_model(
+    tmp_path, bare_machine
+):
+    """`--draft FILE` drafts as the head it is; `models --local` (and so `--draft auto`) never
+    offers it as a model that runs alone, whatever its file name."""
+    from gguf_fakes import vocab, write_gguf
+
+    from specllama.llama.gguf_info import read_header
+    from specllama.models.local import scan
+
+    tokens = vocab(300)
+    head = write_gguf(tmp_path / "head.gguf", tokens, arch="eagle3")
+    model = write_gguf(tmp_path / "model.gguf", tokens, arch="llama")
+    assert read_header(head).head_kind == "eagle3"
+    assert read_header(model).head_kind is None
+    found = scan([tmp_path], saved_folders=False)
+    assert [m.path.name for m in found.models] == ["model.gguf"]
+    (problem,) = [p for p in found.problems if str(p.where).endswith("head.gguf")]
+    assert "eagle3 draft head" in problem.reason
