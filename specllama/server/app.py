@@ -353,7 +353,9 @@ class Api:
             return None
         try:
             return self.grammars.get(spec)
-        except ConstraintError as exc:
+        except Exception as exc:  # the rule is the client's: whatever fails to compile is its
+            if not isinstance(exc, ConstraintError):  # (the GBNF reader raises plain ones)
+                exc = ConstraintError(f"the rule cannot be compiled: {exc}")
             code = "invalid_grammar" if param == "grammar" else "invalid_schema"
             raise ApiError(400, f"Invalid '{param}': {exc}", param=param, code=code) from None
 
