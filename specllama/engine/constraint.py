@@ -137,8 +137,8 @@ class Constraint:
         bits = self._bits
         self._matcher.unsafe_compute_mask_ptr(bits.ctypes.data, bits.nbytes)
         self._check()
-        mask = np.unpackbits(bits.view(np.uint8), bitorder="little")
-        return mask[: self.n_vocab].astype(bool)
+        mask = np.unpackbits(bits.view(np.uint8), count=self.n_vocab, bitorder="little")
+        return mask.view(bool)
 
     def allowed_count(self) -> int:
         return int(np.count_nonzero(self.allowed()))
@@ -152,7 +152,11 @@ class Constraint:
         allowed = self.allowed()
         if not allowed.any():
             raise ConstraintError("the constraint allows no token here")
-        return np.where(allowed, logits[: self.n_vocab], -np.inf).astype(np.float32)
+        # A -inf row with the allowed logits copied in: ~2x cheaper than np.where at 152k
+        # tokens (research/RESULTS.md, issue 32).
+        row = np.full(self.n_vocab, -np.inf, dtype=np.float32)
+        np.copyto(row, logits[: self.n_vocab], where=allowed)
+        return row
 
     def draw(self, logits: np.ndarray, params: SamplingParams, position: int) -> int:
         """The target's token here under the constraint (the draw of `sampling.draw` from the
