@@ -4,7 +4,13 @@
 
 import { renderMarkdown } from "./markdown.js";
 
-export const ORIGINS = { target: "target", model: "draft model", ngram: "n-gram", mtp: "MTP head" };
+export const ORIGINS = {
+  target: "target",
+  model: "draft model",
+  ngram: "n-gram",
+  mtp: "MTP head",
+  grammar: "forced by the output rule",
+};
 
 export function el(tag, className, text) {
   const node = document.createElement(tag);
