@@ -142,8 +142,8 @@ HERMES_TEMPLATE = (
     "<tools></tools>:\\n<tools>' }}"
     "{%- for tool in tools %}{{- '\\n' }}{{- tool | tojson }}{%- endfor %}"
     "{{- '\\n</tools>\\n\\nFor each call, return a JSON object with the function name and "
-    "arguments within <tool_call></tool_call> tags:\\n<tool_call>\\n{\"name\": <function-name>, "
-    "\"arguments\": <args-json-object>}\\n</tool_call><|im_end|>\\n' }}"
+    'arguments within <tool_call></tool_call> tags:\\n<tool_call>\\n{"name": <function-name>, '
+    '"arguments": <args-json-object>}\\n</tool_call><|im_end|>\\n\' }}'
     "{%- elif messages[0].role == 'system' %}"
     "{{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}{%- endif %}"
     "{%- for message in messages %}"
@@ -152,7 +152,7 @@ HERMES_TEMPLATE = (
     "{%- elif message.role == 'assistant' %}{{- '<|im_start|>assistant' }}"
     "{%- if message.content %}{{- '\\n' + message.content }}{%- endif %}"
     "{%- for call in message.tool_calls or [] %}"
-    "{{- '\\n<tool_call>\\n{\"name\": \"' + call.function.name + '\", \"arguments\": ' }}"
+    '{{- \'\\n<tool_call>\\n{"name": "\' + call.function.name + \'", "arguments": \' }}'
     "{{- call.function.arguments | tojson }}{{- '}\\n</tool_call>' }}{%- endfor %}"
     "{{- '<|im_end|>\\n' }}"
     "{%- elif message.role == 'tool' %}"
