@@ -345,9 +345,10 @@ class Api:
             special = self.grammars.special(fmt.markers)
             reply = _reply_schema(spec) if not asked.forces_call else None
             tools = asked.forced_tools()
-            lark = call_grammar(
-                fmt, tools, parallel=asked.parallel_tool_calls, special=special, or_json=reply
-            )
+            # A named function is one call (as OpenAI answers it, and as instructor expects);
+            # "required" may be several when parallel calls are allowed.
+            parallel = asked.parallel_tool_calls and asked.tool_choice != "function"
+            lark = call_grammar(fmt, tools, parallel=parallel, special=special, or_json=reply)
             spec, param = ConstraintSpec("lark", lark), param or "tools"
         if spec is None:
             return None
