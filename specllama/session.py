@@ -10,6 +10,7 @@ import hashlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from specllama import memory_store
 from specllama.chat import Message, plain_prompt, render_chat
@@ -261,8 +262,14 @@ class Engine:
 
     # -- prompts ----------------------------------------------------------------------------
 
-    def prompt_tokens(self, messages: list[Message], *, chat_template: bool = True) -> list[int]:
-        return prompt_tokens(self.target, messages, chat_template=chat_template)
+    def prompt_tokens(
+        self,
+        messages: list[Message],
+        *,
+        chat_template: bool = True,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> list[int]:
+        return prompt_tokens(self.target, messages, chat_template=chat_template, tools=tools)
 
     def target_text_stream(self) -> TextStream:
         return TextStream(self.target)
@@ -435,9 +442,14 @@ def _ngram_of(drafter: Drafter) -> NgramDrafter | None:
 
 
 def prompt_tokens(
-    target: LlamaBackend, messages: list[Message], *, chat_template: bool = True
+    target: LlamaBackend,
+    messages: list[Message],
+    *,
+    chat_template: bool = True,
+    tools: list[dict[str, Any]] | None = None,
 ) -> list[int]:
-    """Messages -> the target's prompt tokens, through the model's own chat template."""
+    """Messages -> the target's prompt tokens, through the model's own chat template (shown
+    `tools`, OpenAI's function tools, when there are some)."""
     if not chat_template:
         return target.tokenize("\n\n".join(m.content for m in messages))
     template = target.chat_template
@@ -445,9 +457,8 @@ def prompt_tokens(
         return target.tokenize(plain_prompt(messages))
     vocab = target.vocab
     bos = target.special_token_text(vocab.bos) if vocab.add_bos else ""
-    text = render_chat(
-        template, messages, bos_token=bos, eos_token=target.special_token_text(vocab.eos)
-    )
+    eos = target.special_token_text(vocab.eos)
+    text = render_chat(template, messages, bos_token=bos, eos_token=eos, tools=tools)
     # A template that writes the BOS itself must not get a second one from the tokenizer.
     add_bos = vocab.add_bos and not (bos and text.startswith(bos))
     return target.tokenize(text, add_bos=add_bos)

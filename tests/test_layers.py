@@ -9,7 +9,16 @@ def test_every_module_belongs_to_a_part() -> None:
     folders = {p.name for p in import_graph.PACKAGE.iterdir() if (p / "__init__.py").is_file()}
     assert folders == {"llama", "engine", "policy", "models", "server", "cli", "bench"}
     top = {p.stem for p in import_graph.PACKAGE.glob("*.py")}
-    assert top == {"__init__", "__main__", "session", "chat", "errors", "paths"}
+    assert top == {
+        "__init__",
+        "__main__",
+        "session",
+        "chat",
+        "errors",
+        "paths",
+        "memory_store",
+        "tool_calls",
+    }
 
 
 def test_each_part_says_what_it_is_and_may_import() -> None:

@@ -78,10 +78,21 @@ def _grammar_text(spec: ConstraintSpec) -> str:
             return matcher.grammar_from_json_schema(json.loads(spec.source), _JSON_OPTIONS)
         if spec.kind == "regex":
             return matcher.grammar_from_regex(spec.source)
-        lark = gbnf_to_lark(spec.source) if spec.kind == "gbnf" else spec.source
+        lark = _gbnf_as_lark(spec.source) if spec.kind == "gbnf" else spec.source
         return matcher.grammar_from_lark(lark)
     except (ValueError, TypeError, GbnfToLarkError) as exc:
         raise ConstraintError(f"the {spec.describe()} cannot be read: {exc}") from None
+
+
+def _gbnf_as_lark(gbnf: str) -> str:
+    """llguidance's GBNF reader raises a bare Exception for some mistakes (a rule used but
+    never defined): every one of them is the grammar's, said as a ValueError."""
+    try:
+        return gbnf_to_lark(gbnf)
+    except GbnfToLarkError:
+        raise
+    except Exception as exc:
+        raise ValueError(str(exc)) from None
 
 
 # Compact JSON, as models write it: no free whitespace to wander into (a small model given

@@ -38,7 +38,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from specllama.chat import Message, render_chat
+from specllama.chat import Message
 from specllama.engine.constraint import ConstraintSpec, Grammar
 from specllama.engine.sampling import SamplingParams
 from specllama.errors import ConstraintError, SpecllamaError
@@ -316,26 +316,10 @@ class Api:
             if asked.prompt is not None:  # a text completion: the prompt as it is
                 as_is = [Message("user", asked.prompt)]
                 return self.engine.prompt_tokens(as_is, chat_template=False)
-            if tool_format is not None:
-                return self._prompt_with_tools(asked)
-            return self.engine.prompt_tokens(list(asked.messages))
+            tools = [tool.as_openai() for tool in asked.tools] if tool_format else None
+            return self.engine.prompt_tokens(list(asked.messages), tools=tools)
         except SpecllamaError as exc:  # the model's chat template refused these messages
             raise ApiError(400, str(exc), param="messages", code="invalid_value") from None
-
-    def _prompt_with_tools(self, asked: GenerationRequest) -> list[int]:
-        """As `Engine.prompt_tokens`, with the tools given to the template."""
-        target = self.engine.target
-        vocab = target.vocab
-        bos = target.special_token_text(vocab.bos) if vocab.add_bos else ""
-        text = render_chat(
-            target.chat_template or "",
-            list(asked.messages),
-            bos_token=bos,
-            eos_token=target.special_token_text(vocab.eos),
-            tools=[tool.as_openai() for tool in asked.tools],
-        )
-        # A template that writes the BOS itself must not get a second one from the tokenizer.
-        return target.tokenize(text, add_bos=vocab.add_bos and not (bos and text.startswith(bos)))
 
     def _constraint(self, asked: GenerationRequest, fmt: ToolFormat | None) -> Grammar | None:
         """The compiled rule: the forced call, response_format or grammar, or a JSON answer

@@ -245,6 +245,7 @@ def test_constrained_sampling_follows_the_masked_distribution(target):
         (ConstraintSpec("json_schema", "{not json"), "cannot be read"),
         (ConstraintSpec("json_schema", '{"type": "integer", "minimum": 5, "maximum": 1}'), "5"),
         (ConstraintSpec("gbnf", "root ::= [^\\x00-\\xFF] &"), "cannot be read"),
+        (ConstraintSpec("gbnf", "root ::= undefined-rule"), "cannot be read"),
         (ConstraintSpec("regex", "[^\\s\\S]"), "admits no text"),
     ],
 )
