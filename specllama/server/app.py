@@ -96,6 +96,7 @@ class Prepared:
     prompt: list[int]
     constraint: Grammar | None  # the rule the answer follows
     tool_format: ToolFormat | None  # the answer is read for tool calls in this syntax
+    prediction: list[int] | None = None  # the answer the client expects, as tokens
 
 
 class Grammars:
@@ -257,7 +258,15 @@ class Api:
         prompt = prepared.prompt
         params = asked.sampling_params(self.settings.defaults)
         max_tokens = self._max_tokens(prompt, asked)
-        work = Work(prompt, params, max_tokens, asked.stop, asked.drafter, prepared.constraint)
+        work = Work(
+            prompt,
+            params,
+            max_tokens,
+            asked.stop,
+            asked.drafter,
+            prepared.constraint,
+            prepared.prediction,
+        )
         job = Job(work)
         try:
             self.queue.submit(job)
@@ -287,7 +296,10 @@ class Api:
     def _prepare(self, asked: GenerationRequest) -> Prepared:
         tool_format = self._tool_format(asked)
         prompt = self._prompt_tokens(asked, tool_format)
-        return Prepared(prompt, self._constraint(asked, tool_format), tool_format)
+        predicted = None
+        if asked.prediction is not None:  # its text as the answer would hold it
+            predicted = self.engine.target.tokenize(asked.prediction, add_bos=False, special=False)
+        return Prepared(prompt, self._constraint(asked, tool_format), tool_format, predicted)
 
     def _tool_format(self, asked: GenerationRequest) -> ToolFormat | None:
         """The syntax the model writes calls in, when the request offers tools; a model whose

@@ -50,6 +50,7 @@ class Work:
     stop: tuple[str, ...] = ()
     drafter: str | None = None  # one of the engine's drafter_choices(); None: its current one
     constraint: Grammar | None = None  # the rule every answer token must follow (compiled)
+    prediction: list[int] | None = None  # the answer the client expects (drafted from)
 
 
 @dataclass(frozen=True)
@@ -237,6 +238,7 @@ def answer(engine: Engine, work: Work, cancelled: threading.Event) -> Iterator[O
         max_tokens=work.max_tokens,
         drafter=drafter,
         constraint=work.constraint,
+        prediction=work.prediction,
     )
     try:
         for event in events:

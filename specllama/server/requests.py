@@ -94,7 +94,6 @@ NEUTRAL: dict[str, Callable[[object], bool]] = {
     "function_call": lambda v: _off(v) or v in ("none", "auto"),
     "modalities": lambda v: _off(v) or v == ["text"],
     "audio": _off,
-    "prediction": _off,
     "reasoning_effort": _off,
     "web_search_options": _off,
 }
@@ -129,6 +128,8 @@ class GenerationRequest:
     # response_format (json_object, json_schema) or grammar (GBNF); `rule_param` names which
     rule: ConstraintSpec | None = None
     rule_param: str | None = None
+    # OpenAI's Predicted Outputs: the answer the client expects (an edited file), drafted from
+    prediction: str | None = None
 
     @property
     def uses_tools(self) -> bool:
@@ -219,6 +220,7 @@ def _request(fields: _Fields, **specific: Any) -> GenerationRequest:
         include_usage=include_usage,
         rule=rule,
         rule_param=rule_param,
+        prediction=_prediction(fields.get("prediction", dict, "an object")),
         **specific,
     )
     fields.refuse_unread()
@@ -398,6 +400,31 @@ def _sampling(fields: _Fields) -> dict[str, Any]:
     if chosen["seed"] == RANDOM_SEED:
         chosen["seed"] = None  # the server sets no seed of its own: random
     return {k: v for k, v in chosen.items() if v is not None}
+
+
+def _prediction(value: dict[str, Any] | None) -> str | None:
+    """OpenAI's `prediction`: {"type": "content", "content": text or text parts}."""
+    if value is None:
+        return None
+    fields = _Fields(value, "prediction")
+    kind = fields.get("type", str, "a string", required=True)
+    if kind != "content":
+        raise ApiError(
+            400,
+            f"Invalid value for 'prediction.type': {kind!r}; expected 'content'.",
+            param="prediction.type",
+            code="invalid_value",
+        )
+    content = fields.get("content", (str, list), "a string or an array of text parts")
+    fields.refuse_unread()
+    if content is None:
+        raise ApiError(
+            400,
+            "Missing required parameter: 'prediction.content'.",
+            param="prediction.content",
+            code="missing_required_parameter",
+        )
+    return _text_content(content, "prediction.content") or None
 
 
 def _extension(value: dict[str, Any] | None) -> str | None:

@@ -25,13 +25,20 @@ from specllama.tool_calls import CallStream, Delta, Parsed, ToolFormat, parse_an
 
 
 def usage(done: Done) -> dict[str, Any]:
-    n_prompt, n_completion = done.stats.n_prompt, done.stats.n_generated
-    return {
+    stats = done.stats
+    n_prompt, n_completion = stats.n_prompt, stats.n_generated
+    counts = {
         "prompt_tokens": n_prompt,
         "completion_tokens": n_completion,
         "total_tokens": n_prompt + n_completion,
         "prompt_tokens_details": {"cached_tokens": done.n_prompt_reused},
     }
+    if stats.prediction_accepted is not None:  # Predicted Outputs: what the prediction drafted
+        counts["completion_tokens_details"] = {
+            "accepted_prediction_tokens": stats.prediction_accepted,
+            "rejected_prediction_tokens": stats.prediction_rejected,
+        }
+    return counts
 
 
 def specllama_stats(done: Done) -> dict[str, Any]:

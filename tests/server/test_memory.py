@@ -34,3 +34,44 @@ def test_a_second_client_drafts_what_a_first_was_answered(ngram_server):
     # The first drafted little (a poem copies nothing of its prompt); the second, all of it.
     assert second_stats["n_accepted"] >= n_generated - 8 > first_stats["n_accepted"]
     assert second_stats["n_rounds"] <= n_generated // 6
+
+
+def predicted(server: Server, ask: str, prediction: str, max_tokens: int = 40):
+    answer = server.client().chat.completions.create(
+        model=server.model,
+        messages=[{"role": "user", "content": ask}],
+        max_tokens=max_tokens,
+        prediction={"type": "content", "content": prediction},
+    )
+    return answer.choices[0].message.content, answer.usage.completion_tokens_details
+
+
+def test_a_right_prediction_is_drafted_and_counted_as_openai_does(ngram_server):
+    ask = "Name the planets of the solar system."
+    expected, n_generated = reference(ask, 40)
+    text, details = predicted(ngram_server, ask, expected)
+    assert text == expected
+    assert details.accepted_prediction_tokens >= n_generated - 8
+    assert details.rejected_prediction_tokens <= 8
+
+
+def test_a_wrong_prediction_costs_drafts_never_the_answer(ngram_server):
+    ask = "Give three tips for a good night's sleep."
+    expected, _ = reference(ask, 40)
+    text, details = predicted(ngram_server, ask, "Bananas are yellow. " * 20)
+    assert text == expected
+    assert details.rejected_prediction_tokens > 0
+    assert details.accepted_prediction_tokens < 10
+
+
+def test_a_prediction_of_another_type_is_refused_by_name(ngram_server):
+    status, _, body = ngram_server.request(
+        "POST",
+        "/v1/chat/completions",
+        {
+            "model": ngram_server.model,
+            "messages": [{"role": "user", "content": "Hi"}],
+            "prediction": {"type": "image", "content": "x"},
+        },
+    )
+    assert status == 400 and body["error"]["param"] == "prediction.type"
