@@ -271,6 +271,10 @@ class Engine:
     ) -> list[int]:
         return prompt_tokens(self.target, messages, chat_template=chat_template, tools=tools)
 
+    def text_tokens(self, text: str) -> list[int]:
+        """Text as the target would write it in an answer (no BOS, special tokens as text)."""
+        return self.target.tokenize(text, add_bos=False, special=False)
+
     def target_text_stream(self) -> TextStream:
         return TextStream(self.target)
 

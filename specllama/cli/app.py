@@ -36,7 +36,9 @@ from specllama.cli.options import (
     NoColor,
     NoTemplate,
     PairOpt,
+    PredictionFile,
     Record,
+    Remember,
     RemoveDirs,
     Rpc,
     Seed,
@@ -54,6 +56,7 @@ from specllama.cli.options import (
     engine_config,
     fetch_model,
     friendly_errors,
+    read_prediction,
     read_prompt,
     workers_option,
 )
@@ -117,6 +120,8 @@ def run(
     adaptive: Adaptive = True,
     json_schema: JsonSchemaFile = None,
     grammar: GrammarFile = None,
+    prediction: PredictionFile = None,
+    remember: Remember = None,
 ) -> None:
     """Answer one prompt: the text on stdout, a one-line summary on stderr."""
     if json_out and jsonl_out:
@@ -126,6 +131,7 @@ def run(
     text = read_prompt(prompt)
     check_max_tokens(max_tokens)
     spec = constraint_spec(json_schema, grammar)
+    expected = read_prediction(prediction)
     config = engine_config(
         pair=pair,
         target=target,
@@ -139,6 +145,7 @@ def run(
         extra_buffers=extra_buffers,
         adaptive=adaptive,
         rpc_workers=rpc,
+        remember=remember,
     )
     messages = [Message("system", system)] if system else []
     messages.append(Message("user", text))
@@ -151,7 +158,11 @@ def run(
         pieces: list[str] = []
         stream = engine.target_text_stream()
         finish: FinishEvent | None = None
-        for event in engine.generate(tokens, params, max_tokens=max_tokens, constraint=rule):
+        predicted = engine.text_tokens(expected) if expected else None
+        events = engine.generate(
+            tokens, params, max_tokens=max_tokens, constraint=rule, prediction=predicted
+        )
+        for event in events:
             if isinstance(event, TokenEvent):
                 piece = stream.feed(event.token)
                 pieces.append(piece)
@@ -211,6 +222,7 @@ def chat(
     adaptive: Adaptive = True,
     json_schema: JsonSchemaFile = None,
     grammar: GrammarFile = None,
+    remember: Remember = None,
 ) -> None:
     """Chat in the terminal: answers stream coloured by origin, with live stats (/help)."""
     from specllama.cli import repl
@@ -230,6 +242,7 @@ def chat(
         extra_buffers=extra_buffers,
         adaptive=adaptive,
         rpc_workers=rpc,
+        remember=remember,
     )
     check_max_tokens(max_tokens)
     view = ui.ChatView(color=ui.color_wanted(no_color), record=record is not None)

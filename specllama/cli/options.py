@@ -201,6 +201,40 @@ GrammarFile = Annotated[
 ]
 
 
+Remember = Annotated[
+    Path | None,
+    typer.Option(
+        "--remember",
+        metavar="DIR",
+        help="Keep the memory of prompts and answers (what n-gram lookup drafts from) in DIR "
+        "between runs; without it the memory lasts the process.",
+    ),
+]
+PredictionFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--prediction",
+        metavar="FILE",
+        help="The answer you expect (e.g. the file being edited): drafted from, the answer "
+        "stays the model's; --json says how much of it was kept.",
+    ),
+]
+
+
+def read_prediction(path: Path | None) -> str | None:
+    """--prediction FILE's text (None: no prediction), or one usage line."""
+    if path is None:
+        return None
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UsageError(f"--prediction {path}: no such file") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"--prediction {path} is not UTF-8 text") from None
+    except OSError as exc:
+        raise UsageError(f"--prediction {path}: {exc.strerror or exc}") from None
+
+
 def constraint_spec(json_schema: Path | None, grammar: Path | None) -> ConstraintSpec | None:
     """--json-schema FILE or --grammar FILE -> what every answer must be (None: free text).
     The files are read and the schema parsed here, before any model loads; whether it
@@ -309,6 +343,7 @@ def engine_config(
     extra_buffers: str | None = None,
     adaptive: bool = True,
     rpc_workers: str | None = None,
+    remember: Path | None = None,
 ) -> EngineConfig:
     """The command-line model options -> what the Engine loads (validated before any download)."""
     if drafter is not None:
@@ -348,6 +383,7 @@ def engine_config(
         extra_buffers={"on": True, "off": False}.get(buffers),
         adaptive=adaptive,
         rpc=workers,
+        remember=remember,
         rpc_timeout_s=rpc_timeout_s,
     )
 

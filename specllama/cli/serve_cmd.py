@@ -21,6 +21,7 @@ from specllama.cli.options import (
     GpuLayersDraft,
     MinP,
     PairOpt,
+    Remember,
     Rpc,
     Target,
     Threads,
@@ -108,6 +109,7 @@ def serve(
     open_page: Annotated[
         bool, typer.Option("--open", help="Open the chat page in the browser once ready.")
     ] = False,
+    remember: Remember = None,
 ) -> None:
     """An OpenAI-compatible HTTP server (chat and text completions) over the pair, with a chat
     page at its address that shows what speculation does."""
@@ -129,6 +131,7 @@ def serve(
         extra_buffers=extra_buffers,
         adaptive=adaptive,
         rpc_workers=rpc,
+        remember=remember,
     )
     # A catalogue pair is served under its name; a --target under its file name (an Ollama or
     # LM Studio model under its name there: its file name is a digest or a quantisation).

@@ -298,7 +298,7 @@ class Api:
         prompt = self._prompt_tokens(asked, tool_format)
         predicted = None
         if asked.prediction is not None:  # its text as the answer would hold it
-            predicted = self.engine.target.tokenize(asked.prediction, add_bos=False, special=False)
+            predicted = self.engine.text_tokens(asked.prediction)
         return Prepared(prompt, self._constraint(asked, tool_format), tool_format, predicted)
 
     def _tool_format(self, asked: GenerationRequest) -> ToolFormat | None:
