@@ -4,7 +4,8 @@ known by construction (tests/head_models.py says how). Prints one JSON line
 {"target": PATH, "head": PATH}.
 
     python research/make_heads.py OUT --kind eagle3 --accept 0.8 --size tiny
-    python research/make_heads.py OUT --kind eagle3 --accept 0.8 --size 1.5b   # F16, ~3.5 GB
+    python research/make_heads.py OUT --kind eagle3 --accept 0.8 --size 1.5b   # F16, 3.2 GB
+    python research/make_heads.py OUT --size 8b --vocab qwen.gguf              # F16, ~17 GB
     python research/make_heads.py OUT --kind eagle3 --accept 1 --uses-hidden   # pairing check
 
 The vocabulary (tokenizer and size) is SmolLM2's, the tests' model (`--vocab GGUF` for another).

@@ -51,7 +51,13 @@ class LlamaShape:
 TINY = LlamaShape("tiny", 4, 64, 128, 2, 1, (0, 2, 3))
 # Qwen2.5-1.5B's trunk (config.json): the 1.5B-class cost of the benchmark.
 SHAPE_1_5B = LlamaShape("1.5b", 28, 1536, 8960, 12, 2, (2, 14, 25))
-SHAPES = {s.name: s for s in (TINY, SHAPE_1_5B)}
+# Llama-3.1-8B's trunk (EAGLE-3 heads exist for it): the GPU run's 7B-class costs.
+SHAPE_8B = LlamaShape("8b", 32, 4096, 14336, 32, 8, (2, 16, 29))
+SHAPES = {s.name: s for s in (TINY, SHAPE_1_5B, SHAPE_8B)}
+# Token texts that end a generation in llama.cpp whatever their type: the permutation leaves
+# them in place (in Qwen2.5's vocabulary "</s>" is an ordinary token).
+_EOG_TEXTS = ("</s>", "<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|eom_id|>",
+              "<end_of_turn>", "<|end|>", "<|return|>", "<|call|>")  # fmt: skip
 # Self-attention strength of the "token" head: the logit gap between a token's own position and
 # any other (random unit vectors: dot products up to ~0.5 against 1.0 for itself).
 _SELF_ATTENTION = 400.0
@@ -72,13 +78,15 @@ def embeddings(shape: LlamaShape, n_vocab: int) -> np.ndarray:
     return out / np.linalg.norm(out, axis=1, keepdims=True)
 
 
-def _hparams(writer: gguf.GGUFWriter, shape: LlamaShape, n_layer: int, n_head: int) -> None:
+def _hparams(
+    writer: gguf.GGUFWriter, shape: LlamaShape, n_layer: int, n_head: int, n_head_kv: int
+) -> None:
     writer.add_context_length(32768)
     writer.add_embedding_length(shape.n_embd)
     writer.add_block_count(n_layer)
     writer.add_feed_forward_length(shape.n_ff)
     writer.add_head_count(n_head)
-    writer.add_head_count_kv(1 if n_head == 1 else shape.n_head_kv)
+    writer.add_head_count_kv(n_head_kv)
     writer.add_rope_freq_base(10000.0)
     writer.add_layer_norm_rms_eps(1e-6)
 
@@ -104,7 +112,7 @@ def write_llama_target(
     n_vocab = _copy_tokenizer(writer, vocab_src)
     assert len(next_token) == n_vocab
     writer.add_name(f"synthetic llama {shape.name}")
-    _hparams(writer, shape, shape.n_layer, shape.n_head)
+    _hparams(writer, shape, shape.n_layer, shape.n_head, shape.n_head_kv)
     f32 = dtype == np.float32
     writer.add_file_type(gguf.LlamaFileType.ALL_F32 if f32 else gguf.LlamaFileType.MOSTLY_F16)
     emb = embeddings(shape, n_vocab)
@@ -150,8 +158,12 @@ def write_eagle3_head(
     writer = gguf.GGUFWriter(out, arch)
     n_vocab = _copy_tokenizer(writer, vocab_src)
     writer.add_name(f"synthetic eagle3 {shape.name}")
-    # One head of the full width: the "token" head's attention must see whole embeddings.
-    _hparams(writer, shape, 1, 1)
+    # The "token" head's attention must find each token's own position: one head of the full
+    # width, or (wider models, where a GPU's attention kernels want heads of 128) heads of 128
+    # whose partial dot products still single it out.
+    n_head = shape.n_embd // 128 if shape.n_embd > 2048 else 1
+    head_dim = shape.n_embd // n_head
+    _hparams(writer, shape, 1, n_head, n_head)
     writer.add_array(f"{arch}.target_layers", list(target_layers or shape.target_layers))
     writer.add_uint32(f"{arch}.target_hidden_size", target_hidden_size or shape.n_embd)
     if not uses_hidden:
@@ -168,9 +180,10 @@ def write_eagle3_head(
     fc = np.zeros((n, 3 * n_tgt), dtype=np.float32)
     if uses_hidden:
         fc[:, :n] = eye  # the first target layer's input, as it is
-    # Queries and keys: the normed token embedding (sqrt(n) * e), scaled so that q.k / sqrt(n)
-    # is _SELF_ATTENTION * e_i.e_j. Values: the token embedding itself, back into the stream.
-    scale = np.sqrt(_SELF_ATTENTION / np.sqrt(n)) if not uses_hidden else 0.0
+    # Queries and keys: the normed token embedding (sqrt(n) * e), scaled so that a token's
+    # logit for itself, s^2 n |e_head|^2 / sqrt(head_dim), is about _SELF_ATTENTION in every
+    # head. Values: the token embedding itself, back into the stream.
+    scale = np.sqrt(_SELF_ATTENTION / np.sqrt(head_dim)) if not uses_hidden else 0.0
     qk = np.hstack([eye * scale, zero])
     value = np.hstack([eye / np.sqrt(n), zero])
     maps_to = next_token[head_next] if uses_hidden else head_next
@@ -196,8 +209,12 @@ def write_eagle3_head(
 
 
 def next_token_map(vocab_src: Path) -> np.ndarray:
-    n_vocab = len(gguf.GGUFReader(vocab_src).fields["tokenizer.ggml.tokens"].contents())
-    return qwen35_models.next_token_map(n_vocab, fixed=qwen35_models.control_tokens(vocab_src))
+    """A permutation of the ordinary tokens; control tokens and those llama.cpp ends at stay
+    in place (`qwen35_models.next_token_map`), so that no answer ends by chance."""
+    tokens = gguf.GGUFReader(vocab_src).fields["tokenizer.ggml.tokens"].contents()
+    ends = [i for i, text in enumerate(tokens) if text in _EOG_TEXTS]
+    fixed = np.union1d(qwen35_models.control_tokens(vocab_src), ends)
+    return qwen35_models.next_token_map(len(tokens), fixed=fixed)
 
 
 def partly_right(mapping: np.ndarray, acceptance: float) -> np.ndarray:
