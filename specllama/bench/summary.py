@@ -145,17 +145,20 @@ def target_noise(runs: Iterable[Run]) -> dict[str, float] | None:
 
 
 def _ms_per_token(runs: Iterable[Run]) -> float | None:
-    """The median time a generated token took over these runs, in milliseconds."""
+    """The fastest time a generated token took over these runs, in milliseconds: what the
+    decodes cost where nothing else got in the way (a busy moment only ever adds to it)."""
     generated = [(r.stats["time_s"], r.stats["n_generated"]) for r in runs]
     times = [1000 * seconds / n for seconds, n in generated if n]
-    return round(statistics.median(times), 3) if times else None
+    return round(min(times), 3) if times else None
 
 
 def constraint_cost(result: BenchResult) -> dict[str, Any] | None:
     """What a schema costs the target alone per token: on each prompt with one, its time per
     generated token under the schema (its runs as the target alone, the noise check's too)
-    over its time without it (`free_runs`), as a ratio (1.0: free; 1.10: 10% slower). Two
-    different answers, so time per token, not per answer. None without schema prompts."""
+    over its time without it (`free_runs`), as a ratio (1.0: free; 1.10: 10% slower); the
+    fastest run of each side, since the same decodes differ only by what else ran (one stall
+    in a median of two would be half the figure). Two different answers, so time per token,
+    not per answer. None without schema prompts."""
     rows = []
     for prompt in result.prompts:
         if prompt.schema is None:
