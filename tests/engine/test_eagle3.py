@@ -225,3 +225,29 @@ def test_a_head_where_a_model_belongs_is_one_line(swap):
     with pytest.raises(UsageError) as caught:
         Engine(config)
     assert "is a draft head" in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_a_head_for_a_hybrid_target_is_paired_right_through_its_rollbacks():
+    """EAGLE-3 heads exist for Qwen3.5/3.6: a hybrid (recurrent + attention) qwen35 target,
+    whose rejected drafts are rolled back from snapshots, still hands the head the rows of the
+    tokens it kept. The pairing head is right on every round's first token but the first."""
+    import model_factory
+
+    def build(dst):
+        vocab = model_factory.smollm2_q4()
+        mapping = model_factory.qwen35_next_token()
+        head_models.write_eagle3_head(
+            dst, head_models.TINY, vocab, next_token=mapping, head_next=mapping,
+            uses_hidden=True, logit=model_factory.QWEN35_LOGIT, target_layers=(0, 1, 1),
+        )  # fmt: skip
+
+    head_path = model_factory._derived("qwen35-tiny.eagle3-hidden-a1.F32.gguf", build)
+    with LlamaBackend(model_factory.qwen35(None), n_ctx=1024) as backend:
+        assert backend.recurrent
+        alone = run(backend, NoDrafter(), 0, n=40)[0]
+        head = Eagle3Head(backend, head_path)
+        tokens, rounds, _ = run(backend, Eagle3Drafter(head), 3, n=40)
+        head.close()
+    assert tokens == alone
+    assert rounds[0][1] == 0 and all(acc == 1 for _, acc in rounds[1:])
+    assert any(d > acc for d, acc in rounds[1:]), "the rest of each draft was rolled back"
