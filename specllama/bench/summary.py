@@ -144,11 +144,12 @@ def target_noise(runs: Iterable[Run]) -> dict[str, float] | None:
     return _spread(gaps) if gaps else None
 
 
-def _ms_per_token(runs: Iterable[Run]) -> float | None:
-    """The fastest time a generated token took over these runs, in milliseconds: what the
-    decodes cost where nothing else got in the way (a busy moment only ever adds to it)."""
-    generated = [(r.stats["time_s"], r.stats["n_generated"]) for r in runs]
-    times = [1000 * seconds / n for seconds, n in generated if n]
+def _ms_per_token(runs: Iterable[Run], key: str = "time_s") -> float | None:
+    """The fastest time (`key`: all of it, or `overhead_s`, the loop's own) a generated token
+    took over these runs, in milliseconds: what it costs where nothing else got in the way (a
+    busy moment only ever adds to it)."""
+    generated = [(r.stats.get(key), r.stats["n_generated"]) for r in runs]
+    times = [1000 * seconds / n for seconds, n in generated if n and seconds is not None]
     return round(min(times), 3) if times else None
 
 
@@ -158,14 +159,16 @@ def constraint_cost(result: BenchResult) -> dict[str, Any] | None:
     over its time without it (`free_runs`), as a ratio (1.0: free; 1.10: 10% slower); the
     fastest run of each side, since the same decodes differ only by what else ran (one stall
     in a median of two would be half the figure). Two different answers, so time per token,
-    not per answer. None without schema prompts."""
+    not per answer. Beside it, the loop's own time a token (neither model's decode: where the
+    mask is computed), which a busy machine's decodes do not blur. None without schema
+    prompts."""
     rows = []
     for prompt in result.prompts:
         if prompt.schema is None:
             continue
         alone = [r for r in result.runs if r.prompt_id == prompt.id and r.config == TARGET]
-        ruled = _ms_per_token(alone)
-        free = _ms_per_token(r for r in result.free_runs if r.prompt_id == prompt.id)
+        free_runs = [r for r in result.free_runs if r.prompt_id == prompt.id]
+        ruled, free = _ms_per_token(alone), _ms_per_token(free_runs)
         if ruled is None or free is None:
             continue
         rows.append(
@@ -175,6 +178,8 @@ def constraint_cost(result: BenchResult) -> dict[str, Any] | None:
                 "constrained_ms_per_token": ruled,
                 "free_ms_per_token": free,
                 "ratio": round(ruled / free, 4),
+                "constrained_overhead_ms_per_token": _ms_per_token(alone, "overhead_s"),
+                "free_overhead_ms_per_token": _ms_per_token(free_runs, "overhead_s"),
             }
         )
     if not rows:
@@ -190,10 +195,16 @@ def describe_constraint_cost(report: dict[str, Any]) -> str | None:
     ratio = cost["ratio"]
     spread = f" ({ratio['min']:.2f}–{ratio['max']:.2f})" if ratio["min"] != ratio["max"] else ""
     first = cost["prompts"][0]
+    loop = ""
+    if first.get("constrained_overhead_ms_per_token") is not None:
+        loop = (
+            f"; the loop's own work {first['constrained_overhead_ms_per_token']:.2f} ms vs "
+            f"{first['free_overhead_ms_per_token']:.2f} ms a token"
+        )
     return (
         f"JSON Schema: the target alone takes {ratio['median']:.2f}x{spread} its time per token "
         f"without the schema ({first['id']}: {first['constrained_ms_per_token']:.1f} ms vs "
-        f"{first['free_ms_per_token']:.1f} ms a token, over {len(cost['prompts'])} "
+        f"{first['free_ms_per_token']:.1f} ms a token{loop}; over {len(cost['prompts'])} "
         f"prompt{'s' * (len(cost['prompts']) != 1)})"
     )
 

@@ -297,6 +297,8 @@ def test_the_constraint_cost_is_time_per_token_with_over_without_the_schema():
     assert row["id"] == "json" and row["free_ms_per_token"] == pytest.approx(100.0)
     assert row["constrained_ms_per_token"] == pytest.approx(125.0)
     assert row["ratio"] == pytest.approx(1.25)
+    # fake_run's loop overhead: 1 ms a round, 10 rounds, 20 tokens; the same on both sides.
+    assert row["constrained_overhead_ms_per_token"] == row["free_overhead_ms_per_token"] == 0.5
     assert cost["ratio"]["median"] == row["ratio"]
     line = summary.describe_constraint_cost({"constraint_cost": cost})
     assert line.startswith("JSON Schema: the target alone takes 1.25x its time per token")
@@ -418,6 +420,7 @@ def test_a_structured_prompt_runs_under_its_schema_with_and_without_speculation(
         1000 * free["time_s"] / free["n_generated"], rel=1e-3
     )
     assert cost["ratio"] > 0
+    assert cost["constrained_overhead_ms_per_token"] > 0 and cost["free_overhead_ms_per_token"] > 0
     assert "JSON Schema: the target alone takes" in result.stdout
     assert "JSON Schema: the target alone takes" in page.read_text()
     assert "structured: every configuration answers under the prompt's JSON Schema" in (
