@@ -14,7 +14,6 @@ from pathlib import Path
 
 import instructor
 import pytest
-from instructor.core import IncompleteOutputException
 from pydantic import BaseModel, Field
 from serving import Server, serve
 
@@ -43,24 +42,16 @@ def qwen_small() -> Path:
 @pytest.fixture(scope="module")
 def server(qwen_small: Path, tmp_path_factory) -> Iterator[Server]:
     log = tmp_path_factory.mktemp("serve") / "stderr.txt"
-    yield from serve(qwen_small, ["--drafter", "ngram"], log, ctx=2048)
-
-
-# instructor's TOOLS mode forces the one function by name and leaves parallel_tool_calls at
-# OpenAI's default (true). The server's rule then admits a second call after the first, and this
-# small model writes the same call again and again until max_tokens (finish "length", which
-# instructor refuses). Reported to the server's owner; strict, so the fix shows here.
-REPEATED_FORCED_CALL = pytest.mark.xfail(
-    reason="serve: a named tool_choice with parallel_tool_calls unset admits repeated calls",
-    raises=IncompleteOutputException,
-    strict=True,
-)
+    # n-gram lookup at a fixed length: no calibration to wait for at the start.
+    yield from serve(qwen_small, ["--drafter", "ngram", "--fixed", "-k", "8"], log, ctx=2048)
 
 
 @pytest.mark.parametrize(
     ("mode", "extra"),
     [
-        pytest.param(instructor.Mode.TOOLS, {}, id="tools", marks=REPEATED_FORCED_CALL),
+        # As instructor sends it: the one function forced by name, parallel_tool_calls left
+        # at OpenAI's default (true): one call comes back all the same.
+        pytest.param(instructor.Mode.TOOLS, {}, id="tools"),
         pytest.param(instructor.Mode.TOOLS, {"parallel_tool_calls": False}, id="tools-one-call"),
         pytest.param(instructor.Mode.JSON_SCHEMA, {}, id="json-schema"),
     ],
