@@ -115,8 +115,9 @@ class Grammar:
         is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(
             self.text, tokenizer
         )
-        if is_error:
-            raise ConstraintError(f"the {spec.describe()} cannot be compiled: {messages[0]}")
+        if is_error:  # its first line says what; the rest dumps the grammar
+            first = messages[0].splitlines()[0].rstrip()
+            raise ConstraintError(f"the {spec.describe()} cannot be compiled: {first}")
         try:
             admits_something = self.start().allowed_count() > 0
         except ConstraintError:
