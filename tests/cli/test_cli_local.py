@@ -226,3 +226,13 @@ def test_doctor_says_what_a_build_lacks_for_mtp_heads(bare_machine, monkeypatch)
     monkeypatch.setattr(app_module, "mtp_support", lambda: missing)
     assert json.loads(invoke("doctor", "--json").stdout)["mtp_missing"] == missing
     assert "missing load_mtp" in " ".join(invoke("doctor").stdout.split())
+
+
+def test_doctor_says_whether_this_build_runs_eagle3_heads(bare_machine, monkeypatch):
+    from specllama.cli import app as app_module
+
+    assert json.loads(invoke("doctor", "--json").stdout)["eagle3_missing"] is None
+    missing = "this llama-cpp-python cannot run EAGLE-3 heads (missing target layer ids)"
+    monkeypatch.setattr(app_module, "eagle3_support", lambda: missing)
+    assert json.loads(invoke("doctor", "--json").stdout)["eagle3_missing"] == missing
+    assert "EAGLE-3 heads" in " ".join(invoke("doctor").stdout.split())
