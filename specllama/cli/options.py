@@ -223,16 +223,7 @@ PredictionFile = Annotated[
 
 def read_prediction(path: Path | None) -> str | None:
     """--prediction FILE's text (None: no prediction), or one usage line."""
-    if path is None:
-        return None
-    try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UsageError(f"--prediction {path}: no such file") from None
-    except UnicodeDecodeError:
-        raise UsageError(f"--prediction {path} is not UTF-8 text") from None
-    except OSError as exc:
-        raise UsageError(f"--prediction {path}: {exc.strerror or exc}") from None
+    return None if path is None else _read_text_file(path, "--prediction")
 
 
 def constraint_spec(json_schema: Path | None, grammar: Path | None) -> ConstraintSpec | None:
@@ -242,7 +233,7 @@ def constraint_spec(json_schema: Path | None, grammar: Path | None) -> Constrain
     if json_schema is not None and grammar is not None:
         raise UsageError("--json-schema and --grammar exclude each other: pick one")
     if json_schema is not None:
-        text = _read_constraint_file(json_schema, "--json-schema")
+        text = _read_text_file(json_schema, "--json-schema")
         try:
             schema = json.loads(text)
         except json.JSONDecodeError as exc:
@@ -257,7 +248,7 @@ def constraint_spec(json_schema: Path | None, grammar: Path | None) -> Constrain
             )
         return ConstraintSpec.json_schema(schema)
     if grammar is not None:
-        text = _read_constraint_file(grammar, "--grammar")
+        text = _read_text_file(grammar, "--grammar")
         kind = "lark" if grammar.suffix.lower() == ".lark" else "gbnf"
         return ConstraintSpec(kind, text)
     return None
@@ -275,7 +266,8 @@ def compile_rule(engine: Engine, spec: ConstraintSpec | None) -> Grammar | None:
         raise ConstraintError(first, hint=exc.hint) from None
 
 
-def _read_constraint_file(path: Path, option: str) -> str:
+def _read_text_file(path: Path, option: str) -> str:
+    """A text file an option names, or one usage line saying what is wrong with it."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
