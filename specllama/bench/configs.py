@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from specllama.engine.control import HEADS
 from specllama.errors import UsageError
 from specllama.session import ADAPTIVE_DRAFT_MAX
 
@@ -12,22 +13,25 @@ SPECLLAMA = "specllama"
 DEFAULT_CONFIGS = "target,model:2,model:4,ngram:8,adaptive"
 
 
-def default_configs(*, has_draft: bool, mtp: bool) -> str:
+def default_configs(*, has_draft: bool, mtp: bool, head: str | None = None) -> str:
     """What `specllama bench --full` compares when not told: the draft model's lengths, or the
-    target's own head's where it drafts with that, or n-gram lookup alone."""
-    if has_draft or not mtp:
+    head's that drafts (the target's own, `mtp`, or one in its own file, `head`: a kind in
+    `control.HEADS`), or n-gram lookup alone."""
+    own = "mtp" if mtp else head
+    if has_draft or not own:
         return DEFAULT_CONFIGS if has_draft else "target,ngram:8,adaptive"
-    return "target,mtp:2,mtp:4,ngram:8,adaptive"
+    return f"target,{own}:2,{own}:4,ngram:8,adaptive"
 
 
 @dataclass(frozen=True)
 class BenchConfig:
-    """One way of generating: `drafter` is none, model, mtp, ngram or combined (n-gram first,
-    then the draft model or the target's MTP head); `adaptive` uses AdaptiveController, else
-    FixedLength(draft_max); `pipelined` (fixed) drafts the next round while the target
-    verifies (pipe:K). `tool` is the program that runs it: specllama, or another one run on
-    the same prompts beside it (llama.cpp: `specllama.bench.llamacpp`), whose `draft_max` is
-    None where that tool's own default decides."""
+    """One way of generating: `drafter` is none, model, mtp, a head kind (`control.HEADS`: a
+    head in its own file), ngram or combined (n-gram first, then the draft model or the head
+    loaded); `adaptive` uses AdaptiveController, else FixedLength(draft_max); `pipelined`
+    (fixed) drafts the next round while the target verifies (pipe:K). `tool` is the program
+    that runs it: specllama, or another one run on the same prompts beside it (llama.cpp:
+    `specllama.bench.llamacpp`), whose `draft_max` is None where that tool's own default
+    decides."""
 
     name: str
     drafter: str
@@ -55,11 +59,12 @@ def parse_configs(
     adaptive: bool = True,
     adaptive_draft_max: int = ADAPTIVE_DRAFT_MAX,
     has_mtp: bool = False,
+    head: str | None = None,
 ) -> list[BenchConfig]:
     """`target`, `model:K`, `pipe:K` (the draft model, pipelined), `mtp:K` (the target's own
-    head), `ngram:K`, `adaptive` (comma-separated). The target alone is always included
-    (speedups are relative to it) and comes first. `adaptive=False` (--fixed) drops the
-    adaptive configuration."""
+    head), `eagle3:K` (the head loaded from its own file, of that kind: `head`), `ngram:K`,
+    `adaptive` (comma-separated). The target alone is always included (speedups are relative
+    to it) and comes first. `adaptive=False` (--fixed) drops the adaptive configuration."""
     configs = [BenchConfig(TARGET, "none", 0, False)]
     for item in (part.strip() for part in spec.split(",")):
         if not item or item == TARGET:
@@ -69,10 +74,12 @@ def parse_configs(
             if k:
                 raise UsageError(f"bench configuration {item!r}: adaptive takes no length")
             if adaptive:
-                drafter = "combined" if has_draft or has_mtp else "ngram"
+                drafter = "combined" if has_draft or has_mtp or head else "ngram"
                 configs.append(BenchConfig("adaptive", drafter, adaptive_draft_max, True))
             continue
-        configs.append(_fixed(item, name, k, draft_max, has_draft=has_draft, has_mtp=has_mtp))
+        configs.append(
+            _fixed(item, name, k, draft_max, has_draft=has_draft, has_mtp=has_mtp, head=head)
+        )
     names = [c.name for c in configs]
     if len(set(names)) != len(names):
         raise UsageError("a bench configuration is listed twice")
@@ -80,12 +87,21 @@ def parse_configs(
 
 
 def _fixed(
-    item: str, name: str, k: str, draft_max: int, *, has_draft: bool, has_mtp: bool
+    item: str,
+    name: str,
+    k: str,
+    draft_max: int,
+    *,
+    has_draft: bool,
+    has_mtp: bool,
+    head: str | None,
 ) -> BenchConfig:
-    if name not in ("model", "pipe", "mtp", "ngram"):
+    if name not in ("model", "pipe", "mtp", *HEADS, "ngram"):
+        heads = "".join(f", {kind}:K" for kind in HEADS)
         raise UsageError(
             f"unknown bench configuration {item!r}",
-            hint="use target, model:K, pipe:K, mtp:K, ngram:K or adaptive, separated by commas",
+            hint=f"use target, model:K, pipe:K, mtp:K{heads}, ngram:K or adaptive, separated "
+            "by commas",
         )
     try:
         length = int(k) if k else draft_max
@@ -97,6 +113,11 @@ def _fixed(
         raise UsageError(
             f"bench configuration {item!r} needs a target drafting with its own head",
             hint="pass --drafter mtp with a target that has MTP layers",
+        )
+    if name in HEADS and name != head:
+        raise UsageError(
+            f"bench configuration {item!r} needs a {name} head",
+            hint=f"pass its file as --draft HEAD.gguf (--drafter {name})",
         )
     if name in ("model", "pipe") and not has_draft:
         raise UsageError(

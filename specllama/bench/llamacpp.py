@@ -3,8 +3,9 @@
 Its `llama-speculative-simple` example runs in a process of its own per prompt, on the bench's
 prompts rendered through the same chat template (`prompt_text`), with the same models, token
 budget, threads, context, GPU layers and sampling settings, greedy by default: with the draft
-model (`draft-simple`, or the target's own head, `draft-mtp`) at the draft length of
-specllama's fixed configuration beside it, and with two of its n-gram drafters at their
+model (`draft-simple`, or the target's own head, `draft-mtp`, or a head in its own file,
+`draft-eagle3` / `draft-dflash`, given as its draft model) at the draft length of specllama's
+fixed configuration beside it, and with two of its n-gram drafters at their
 defaults (`ngram-simple`, `ngram-mod`).
 
 Its figures are counted as specllama counts them (`read_log`): its decoded count includes the
@@ -30,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from specllama.bench.configs import BenchConfig
 from specllama.bench.prompts import BenchPrompt
-from specllama.bench.runner import ExternalToolError
+from specllama.bench.runner import ExternalToolError, loaded_head
 from specllama.chat import render_chat
 from specllama.engine.sampling import SamplingParams
 from specllama.errors import SpecllamaError
@@ -43,6 +44,8 @@ if TYPE_CHECKING:
 BINARY = "llama-speculative-simple"
 TOOL = "llama.cpp"
 NGRAM_KINDS = ("ngram-simple", "ngram-mod")
+# Its --spec-type for each kind of head that comes in its own file (`control.HEADS`).
+HEAD_SPEC_TYPES = {"eagle3": "draft-eagle3", "dflash": "draft-dflash"}
 CHECK_TIMEOUT_S = 30.0
 RUN_TIMEOUT_S = 900.0
 # What the bench needs of the binary's options; builds from before them are refused.
@@ -290,8 +293,8 @@ def configs_for(
     *,
     draft_max: int,
 ) -> list[LlamaCppConfig]:
-    """llama.cpp's configurations for this engine's models: its draft model (or MTP head) at
-    `draft_max`, and its n-gram drafters."""
+    """llama.cpp's configurations for this engine's models: its draft model (or head: the
+    target's own, or the one in its own file) at `draft_max`, and its n-gram drafters."""
     if engine.config.rpc:
         raise LlamaCppUnavailable("--vs-llamacpp does not run with --rpc workers")
     common = _common_args(engine, params)
@@ -306,6 +309,10 @@ def configs_for(
     elif engine.mtp_head is not None:
         config = BenchConfig(f"{TOOL} mtp:{draft_max}", "mtp", draft_max, False, tool=TOOL)
         kinds.append((config, ["--spec-type", "draft-mtp", *length]))
+    elif (head := loaded_head(engine)) in HEAD_SPEC_TYPES:
+        config = BenchConfig(f"{TOOL} {head}:{draft_max}", head, draft_max, False, tool=TOOL)
+        spec = ["-md", str(engine.config.draft), "--spec-type", HEAD_SPEC_TYPES[head]]
+        kinds.append((config, [*spec, *length]))
     for kind in NGRAM_KINDS:
         kinds.append(
             (BenchConfig(f"{TOOL} {kind}", "ngram", None, False, tool=TOOL), ["--spec-type", kind])

@@ -4,7 +4,8 @@ The quick default answers "is it faster here, and for what?" in about three minu
 2-core CPU: one prompt per category, the target alone, the default (adaptive), and the fixed
 configurations that matter for this pair on this machine, read from its calibration:
 
-- the draft model (or the target's own MTP head) at the draft length these costs pay most at
+- the draft model (or the head that drafts: the target's own MTP head, or one in its own
+  file such as an EAGLE-3 head) at the draft length these costs pay most at
   for a typical acceptance (`PRIOR_ACCEPTANCE`; `pair_probe.best_length`): what a fixed
   `--draft-max` could do at best here;
 - n-gram lookup alone (`ngram:8`): what drafting that costs nothing pays, on prompts that copy.
@@ -26,7 +27,8 @@ from typing import Any
 from specllama.bench.configs import BenchConfig, default_configs, parse_configs
 from specllama.bench.pair_probe import best_length
 from specllama.bench.prompts import BenchPrompt
-from specllama.bench.runner import WARMUP_TOKENS, plan_steps, schedule
+from specllama.bench.runner import WARMUP_TOKENS, loaded_head, plan_steps, schedule
+from specllama.engine.control import HEADS
 from specllama.policy.costs import Costs
 from specllama.session import Engine
 
@@ -77,12 +79,15 @@ def one_per_category(prompts: Sequence[BenchPrompt]) -> list[BenchPrompt]:
 
 def fixed_choices(costs: Costs, drafter: str) -> list[tuple[str, str]]:
     """The fixed configurations that matter for this pair on this machine, most telling
-    first, each with why. `drafter`: model, mtp, or anything else (n-gram lookup only)."""
+    first, each with why. `drafter`: model, mtp, a head kind (`control.HEADS`), or anything
+    else (n-gram lookup only)."""
     lookup = (NGRAM, "n-gram lookup alone, fixed: drafting that costs nothing, for copying")
-    if drafter not in ("model", "mtp"):
+    if drafter not in ("model", "mtp", *HEADS):
         return [lookup]
     k, speedup = best_length(costs, PRIOR_ACCEPTANCE, QUICK_K_MAX)
-    source = "the draft model" if drafter == "model" else "the target's own head"
+    source = {"model": "the draft model", "mtp": "the target's own head"}.get(
+        drafter, f"the {drafter} head"
+    )
     why = (
         f"{source}, fixed at the length this machine's costs pay most at: "
         f"{speedup:.2f}x expected at {PRIOR_ACCEPTANCE:.0%} acceptance"
@@ -120,7 +125,7 @@ class QuickRequest:
     budget, and what the user fixed (None: the plan chooses)."""
 
     costs: Costs
-    drafter: str  # model, mtp, ngram or none
+    drafter: str  # model, mtp, a head kind (control.HEADS), ngram or none
     adaptive: bool
     budget_s: float
     configs: str | None = None
@@ -228,6 +233,7 @@ def _parse(spec: str, request: QuickRequest) -> list[BenchConfig]:
         spec,
         has_draft=request.drafter == "model",
         has_mtp=request.drafter == "mtp",
+        head=request.drafter if request.drafter in HEADS else None,
         draft_max=4,
         adaptive=request.adaptive,
     )
@@ -252,10 +258,12 @@ def full_plan(
     mtp: bool,
     max_tokens: int | None,
     repeats: int | None,
+    head: str | None = None,
 ) -> Plan:
-    """Every prompt, today's matrix of configurations, 128 tokens, two rounds (or as told)."""
+    """Every prompt, today's matrix of configurations, 128 tokens, two rounds (or as told);
+    `head`: the kind of the head loaded from its own file, if one drafts."""
     repeats = repeats or FULL_REPEATS
-    spec = configs or default_configs(has_draft=has_draft, mtp=mtp)
+    spec = configs or default_configs(has_draft=has_draft, mtp=mtp, head=head)
     notes = [f"{len(prompts)} prompts, every configuration: {spec}", *schema_notes(prompts)]
     return Plan(
         "full",
@@ -282,6 +290,7 @@ def plan_for(
 ) -> Plan:
     """The plan for this engine: `--full`'s, or the quick one sized on its calibration."""
     has_draft, mtp = engine.draft_model is not None, engine.mtp_head is not None
+    head = loaded_head(engine)
     if full:
         return full_plan(
             prompts,
@@ -290,10 +299,11 @@ def plan_for(
             mtp=mtp,
             max_tokens=max_tokens,
             repeats=repeats,
+            head=head,
         )
     chosen = one_per_category(prompts)
     lengths = [len(engine.prompt_tokens(list(p.messages))) for p in chosen]
-    drafter = "model" if has_draft else "mtp" if mtp else "ngram"
+    drafter = "model" if has_draft else "mtp" if mtp else head or "ngram"
     request = QuickRequest(
         engine.calibrate(), drafter, engine.config.adaptive, budget_s, configs, max_tokens, repeats
     )

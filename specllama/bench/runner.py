@@ -37,16 +37,9 @@ from specllama.bench.configs import TARGET, BenchConfig
 from specllama.bench.prompts import BenchPrompt
 from specllama.bench.timing import Clock, ProgressUpdate, Step, TimeLeft, run_prior_s
 from specllama.engine.constraint import ConstraintSpec, Grammar
-from specllama.engine.control import DraftController, FixedLength
-from specllama.engine.drafters import (
-    CombinedDrafter,
-    Drafter,
-    DraftModelDrafter,
-    NgramDrafter,
-    NoDrafter,
-)
+from specllama.engine.control import HEADS, DraftController, FixedLength
+from specllama.engine.drafters import CombinedDrafter, Drafter, NgramDrafter, NoDrafter
 from specllama.engine.events import FinishEvent, TokenEvent
-from specllama.engine.mtp import MtpDrafter
 from specllama.engine.sampling import SamplingParams
 from specllama.engine.speculative import generate
 from specllama.errors import ConstraintError, SpecllamaError, UsageError
@@ -162,13 +155,21 @@ class _Runner:
         return drafter, FixedLength(config.draft_max or 0, pipelined=config.pipelined)
 
     def _model_drafter(self, config: BenchConfig) -> Drafter:
-        """The draft model, or the target's own head (an engine loads one or the other)."""
-        head, model = self.engine.mtp_head, self.engine.draft_model
-        if config.drafter != "model" and head is not None:
-            return MtpDrafter(head)
-        if model is None:
-            raise UsageError(f"configuration {config.name} needs a draft model")
-        return DraftModelDrafter(model)
+        """The draft model or a head, alone: the one the configuration names, or for the
+        adaptive one whichever the engine loaded (it loads one of them)."""
+        kind = config.drafter
+        if kind == "combined":
+            kind = self._loaded(config)
+        drafter = self.engine.make_drafter(kind)
+        # The engine's adaptive drafters come with n-gram lookup: a fixed length drafts alone.
+        return drafter.model if isinstance(drafter, CombinedDrafter) else drafter
+
+    def _loaded(self, config: BenchConfig) -> str:
+        """The kind of model-made drafts the engine loaded: a draft model or a head."""
+        made = [name for name in self.engine.drafter_choices() if name not in ("ngram", "none")]
+        if not made:
+            raise UsageError(f"configuration {config.name} needs a draft model or a head")
+        return made[0]
 
     def run(
         self,
@@ -200,6 +201,12 @@ class _Runner:
         stats["n_draft_rounds"] = finish.stats.n_draft_rounds
         stats["overhead_s"] = finish.stats.overhead_s
         return out, stats
+
+
+def loaded_head(engine: Engine) -> str | None:
+    """The kind of the head the engine loaded from its own file (`control.HEADS`), if any."""
+    kind = engine.config.drafter
+    return kind if kind in HEADS and kind in engine.drafter_choices() else None
 
 
 # -- the schedule -----------------------------------------------------------------------------
@@ -506,5 +513,7 @@ def _models(engine: Engine) -> dict[str, Any]:
             return None
         return {"name": Path(path).name, "path": str(path), "size": Path(path).stat().st_size}
 
-    draft = engine.config.draft if engine.draft_model is not None else None
+    # The draft model's file, or the head's (a head drafts for the target, as a draft model).
+    loaded = engine.draft_model is not None or loaded_head(engine) is not None
+    draft = engine.config.draft if loaded else None
     return {"target": describe(engine.config.target), "draft": describe(draft)}

@@ -125,6 +125,7 @@ def bench(
     from specllama.bench.prompts import load_prompts, select_prompts
     from specllama.bench.runner import run_bench
     from specllama.bench.summary import to_json
+    from specllama.engine.control import HEADS
 
     if plot_file is not None:
         from specllama.bench.plot import check_plot_support
@@ -152,11 +153,14 @@ def bench(
         rpc_workers=rpc,
     )
 
+    head = config.drafter if config.drafter in HEADS else None  # a head in --draft's file
+
     def configs_of(spec: str) -> list[BenchConfig]:
         return parse_configs(
             spec,
-            has_draft=config.draft is not None,
+            has_draft=config.draft is not None and head is None,
             has_mtp=config.mtp,
+            head=head,
             draft_max=config.draft_max,
             adaptive_draft_max=config.adaptive_draft_max,
             adaptive=adaptive,
@@ -236,15 +240,17 @@ def _llamacpp_configs(
     params: SamplingParams,
     planned: list[BenchConfig],
 ) -> list[LlamaCppConfig]:
-    """llama.cpp's configurations beside ours, its draft model at our fixed draft length."""
+    """llama.cpp's configurations beside ours, its draft model (or head) at our fixed draft
+    length."""
     from specllama.bench import llamacpp
+    from specllama.engine.control import HEADS
 
     if tool is None:
         return []
     fixed = [
         c.draft_max
         for c in planned
-        if c.drafter in ("model", "mtp") and not c.adaptive and not c.pipelined
+        if c.drafter in ("model", "mtp", *HEADS) and not c.adaptive and not c.pipelined
     ]
     try:
         return llamacpp.configs_for(

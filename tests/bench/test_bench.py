@@ -10,6 +10,7 @@ import re
 from collections import Counter
 from pathlib import Path
 
+import head_models
 import pytest
 from typer.testing import CliRunner
 
@@ -22,6 +23,7 @@ from specllama.bench.prompts import BenchPrompt, load_prompts, select_prompts
 from specllama.bench.runner import BenchResult, Run
 from specllama.chat import Message
 from specllama.cli.app import app
+from specllama.engine.control import HEADS
 from specllama.errors import UsageError
 
 
@@ -150,6 +152,23 @@ def test_configurations():
     own = bench.parse_configs("mtp:3,adaptive", has_draft=False, has_mtp=True, draft_max=4)
     assert own[1] == BenchConfig("mtp:3", "mtp", 3, False)
     assert own[2].drafter == "combined"  # n-gram lookup beside the head
+
+
+@pytest.mark.parametrize("kind", HEADS)
+def test_a_head_in_its_own_file_has_its_configurations(kind):
+    configs = bench.parse_configs(f"{kind}:3,adaptive", has_draft=False, head=kind, draft_max=4)
+    assert configs[1] == BenchConfig(f"{kind}:3", kind, 3, False)
+    assert configs[2].drafter == "combined"  # n-gram lookup beside the head
+    assert bench.parse_configs(kind, has_draft=False, head=kind, draft_max=5)[1].name == f"{kind}:5"
+    assert f"{kind}:2" in bench.default_configs(has_draft=False, mtp=False, head=kind)
+    # Without that head loaded (none, another kind, a draft model): one line that says how.
+    for loaded in {None, *HEADS} - {kind}:
+        with pytest.raises(UsageError, match=f"needs a {kind} head") as info:
+            bench.parse_configs(f"{kind}:2", has_draft=True, head=loaded, draft_max=4)
+        assert f"--drafter {kind}" in (info.value.hint or "")
+    # The JSON schema knows the kind as a configuration's drafter.
+    drafters = summary.bench_schema()["properties"]["configs"]["items"]["properties"]["drafter"]
+    assert kind in drafters["enum"]
 
 
 def test_default_configurations_follow_what_drafts():
@@ -361,6 +380,31 @@ def test_bench_end_to_end_json_follows_the_schema(
     # Cached for next time when it passed the checks (a busy machine fails them: not cached).
     cached = list((tmp_path / "cache" / "calibration").glob("*.json"))
     assert bool(cached) == report["calibration"]["status"]["trusted"]
+
+
+@pytest.mark.slow
+def test_the_quick_bench_drafts_with_a_head_from_its_own_file(tmp_path, monkeypatch, validate):
+    """--draft HEAD.gguf alone (its kind found from the file): the quick plan runs the head at
+    a fixed length beside the default, and every run writes the target alone's text."""
+    target, head = head_models.tiny_target(), head_models.tiny_eagle3(0.8)
+    monkeypatch.setenv("SPECLLAMA_CACHE", str(tmp_path / "cache"))
+    prompts = write(tmp_path, '{"id": "edit", "category": "code-editing", "prompt": "Hi"}\n')
+    out = tmp_path / "bench.json"
+    result = CliRunner().invoke(
+        app,
+        ["bench", "--target", str(target), "--draft", str(head), "--prompts", str(prompts),
+         "-n", "32", "--threads", "2", "--json", str(out)],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    report = json.loads(out.read_text())
+    assert validate(report, summary.bench_schema()) == []
+    [fixed] = [c for c in report["configs"] if c["drafter"] == "eagle3"]
+    assert fixed["controller"] == "fixed" and fixed["name"] == f"eagle3:{fixed['draft_max']}"
+    assert {c["name"] for c in report["configs"]} >= {"target", fixed["name"], "adaptive"}
+    assert report["models"]["draft"]["name"] == head.name
+    runs = [r for r in report["runs"] if r["config"] == fixed["name"]]
+    assert runs and all(r["equals_target"] for r in report["runs"])
+    assert sum(r["n_accepted"] for r in runs) > 0 and sum(r["n_drafted"] for r in runs) > 0
 
 
 PERSON_SCHEMA = {

@@ -14,6 +14,7 @@ import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
+import head_models
 import pytest
 from typer.testing import CliRunner
 
@@ -22,8 +23,12 @@ from specllama.bench.llamacpp import LlamaCppUnavailable, find, find_binary, rea
 from specllama.bench.runner import ExternalToolError
 from specllama.bench.summary import bench_schema
 from specllama.cli.app import app
+from specllama.engine.control import HEADS
 
 DATA = Path(__file__).parent / "data" / "llamacpp"
+# A real llama.cpp build for the one test that runs it (skipped where there is none): the
+# binary's folder, or the build of the sources llama-cpp-python vendors.
+REAL_BUILD = Path(os.environ.get("SPECLLAMA_TEST_LLAMACPP", "/tmp/llama-build/bin"))
 # What the captured run printed (draft-simple.stderr): 31 decoded tokens, the end-of-generation
 # token among them, in 0.914 s, with -n 64; 22 drafted, 20 accepted; a 64-token prompt.
 CAPTURED = {"decoded": 31, "seconds": 0.914, "n": 64, "drafted": 22, "accepted": 20, "prompt": 64}
@@ -276,3 +281,63 @@ def test_a_missing_folder_is_said_before_anything_loads(tmp_path):
     first = result.stderr.splitlines()[0]
     assert first.startswith("warning: no llama-speculative-simple in") and "nowhere" in first
     assert result.exit_code != 0 and "Traceback" not in result.output
+
+
+# -- draft heads in their own file ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", HEADS)
+def test_every_head_kind_has_a_spec_type_the_real_tool_lists(kind):
+    spec_types = next(line for line in (DATA / "help.stdout").read_text().splitlines()
+                      if line.startswith("--spec-type "))  # fmt: skip
+    assert llamacpp.HEAD_SPEC_TYPES[kind] in spec_types.split()[1].split(",")
+
+
+def head_bench(tmp_path: Path, folder: Path, configs: str) -> tuple[dict, Path]:
+    """The bench of the tiny synthetic target with its EAGLE-3 head, llama.cpp from `folder`."""
+    head = head_models.tiny_eagle3(0.8)
+    prompts = tmp_path / "edit.jsonl"
+    prompts.write_text(EDIT_PROMPT)
+    out = tmp_path / "bench.json"
+    result = CliRunner().invoke(
+        app,
+        ["bench", "--target", str(head_models.tiny_target()), "--draft", str(head), "--prompts",
+         str(prompts), "--configs", configs, "-n", "48", "--no-warmup", "--threads", "2",
+         "--vs-llamacpp", str(folder), "--json", str(out)],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    return json.loads(out.read_text()), head
+
+
+@pytest.mark.slow
+def test_llamacpp_drafts_with_the_same_head_file(tmp_path, monkeypatch, validate):
+    """A head from its own file: llama.cpp is given it as its draft model, with the spec type of
+    its kind, at the length of our fixed configuration."""
+    monkeypatch.setenv("SPECLLAMA_CACHE", str(tmp_path / "cache"))
+    calls = tmp_path / "calls.jsonl"
+    folder = fake_llamacpp(tmp_path / "llama.cpp" / "bin", calls)
+    report, head = head_bench(tmp_path, folder, "target,eagle3:3,adaptive")
+    assert validate(report, bench_schema()) == []
+    theirs = {c["name"]: c for c in report["configs"] if c["tool"] == "llama.cpp"}
+    assert set(theirs) == {"llama.cpp eagle3:3", "llama.cpp ngram-simple", "llama.cpp ngram-mod"}
+    assert theirs["llama.cpp eagle3:3"]["drafter"] == "eagle3"
+    [args] = [json.loads(line)["args"] for line in calls.read_text().splitlines()
+              if "-md" in json.loads(line)["args"]]  # fmt: skip
+    assert args[args.index("-md") + 1] == str(head)
+    assert args[args.index("--spec-type") + 1] == "draft-eagle3"
+    assert args[args.index("--spec-draft-n-max") + 1] == "3"
+    assert args[args.index("-m") + 1] == str(head_models.tiny_target())
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (REAL_BUILD / llamacpp.BINARY).is_file(), reason="no llama.cpp build")
+def test_the_real_llamacpp_runs_the_head_and_accepts_as_often(tmp_path, monkeypatch):
+    """The real tool on the same synthetic files (a few seconds): it reads the prompt as we do,
+    drafts with the head, and keeps about as many of its drafts as specllama does."""
+    monkeypatch.setenv("SPECLLAMA_CACHE", str(tmp_path / "cache"))
+    report, _ = head_bench(tmp_path, REAL_BUILD, "target,eagle3:3")
+    assert report["notices"] == []  # no run of its was left out
+    runs = {r["config"]: r for r in report["runs"]}
+    ours, theirs = runs["eagle3:3"], runs["llama.cpp eagle3:3"]
+    assert ours["equals_target"] and theirs["n_drafted"] > 0
+    assert theirs["acceptance_rate"] == pytest.approx(ours["acceptance_rate"], abs=0.1)

@@ -9,6 +9,7 @@ from specllama.bench import plan as bench_plan
 from specllama.bench.configs import parse_configs
 from specllama.bench.plan import QuickRequest, expected_seconds, full_plan, quick_plan
 from specllama.bench.prompts import load_prompts
+from specllama.engine.control import HEADS
 from specllama.policy.costs import Costs
 
 # The default pair (Qwen2.5-Coder 1.5B Q4_K_M target, 0.5B draft), 2 threads, as measured on the
@@ -100,6 +101,21 @@ def test_without_a_draft_model_lookup_is_the_fixed_one(quick_prompts, lengths):
     assert plan.configs == "target,ngram:8,adaptive"
     own_head = quick_plan(quick_prompts, lengths, QuickRequest(GPU, "mtp", True, BUDGET))
     assert own_head.configs.startswith("target,mtp:")
+
+
+@pytest.mark.parametrize("kind", HEADS)
+def test_a_head_in_its_own_file_is_planned_as_the_mtp_head_is(quick_prompts, lengths, kind):
+    """A head from its own file drafts at the length its costs pay most at, as MTP's does, and
+    the plan's configurations are ones --configs takes with that head loaded."""
+    plan = quick_plan(quick_prompts, lengths, QuickRequest(GPU, kind, True, BUDGET))
+    own = quick_plan(quick_prompts, lengths, QuickRequest(GPU, "mtp", True, BUDGET))
+    assert plan.configs == own.configs.replace("mtp:", f"{kind}:")
+    assert any(note.startswith(f"{kind}:") and f"the {kind} head" in note for note in plan.notes)
+    parsed = parse_configs(plan.configs, has_draft=False, head=kind, draft_max=4)
+    assert [c.drafter for c in parsed] == ["none", kind, "ngram", "combined"]
+    full = full_plan(load_prompts(), configs=None, has_draft=False, mtp=False, head=kind,
+                     max_tokens=None, repeats=None)  # fmt: skip
+    assert full.configs == f"target,{kind}:2,{kind}:4,ngram:8,adaptive"
 
 
 def test_full_is_todays_matrix():
