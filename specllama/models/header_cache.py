@@ -2,9 +2,11 @@
 second listing of the same models reads no header at all.
 
 One JSON file (`paths.cache_dir()/local/headers.json`); a damaged or older file is ignored and
-written anew, a read-only cache folder only means reading again next time. A file that is not
-a GGUF (or a truncated one) is remembered as such; one that cannot be read now (permissions)
-is not, since that can change without its time changing.
+written anew, a read-only cache folder only means reading again next time. An entry that lacks
+a field the header has now (written before the field existed) is read again: taken as it is,
+it would get the field's default (no MTP layers, no width) for a file that has it. A file that
+is not a GGUF (or a truncated one) is remembered as such; one that cannot be read now
+(permissions) is not, since that can change without its time changing.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
@@ -93,13 +95,19 @@ def header_to_json(header: GgufHeader) -> dict[str, Any]:
     return data
 
 
+_HEADER_FIELDS = frozenset(f.name for f in fields(GgufHeader))
+
+
 def header_from_json(data: dict[str, Any]) -> GgufHeader:
-    fields = dict(data)
-    fields["tensor_types"] = frozenset(fields["tensor_types"])
-    fields["vocab"] = VocabInfo(**fields["vocab"]) if fields["vocab"] else None
-    printed = fields["vocab_print"]
-    fields["vocab_print"] = VocabPrint.from_json(printed) if printed else None
-    return GgufHeader(**fields)
+    """The header an entry keeps; KeyError when the entry lacks one of its fields."""
+    if missing := _HEADER_FIELDS - data.keys():
+        raise KeyError(f"no {', '.join(sorted(missing))}")
+    values = dict(data)
+    values["tensor_types"] = frozenset(values["tensor_types"])
+    values["vocab"] = VocabInfo(**values["vocab"]) if values["vocab"] else None
+    printed = values["vocab_print"]
+    values["vocab_print"] = VocabPrint.from_json(printed) if printed else None
+    return GgufHeader(**values)
 
 
 def _from_entry(entry: dict[str, Any]) -> GgufHeader | None:

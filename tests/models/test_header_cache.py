@@ -39,3 +39,19 @@ def test_a_cache_of_an_older_format_is_read_again(tmp_path):
     cache_file.write_text(json.dumps(data))
     old = HeaderCache(cache_file)
     assert old.header(path).n_nextn == 1 and old.reads == 1
+
+
+def test_an_entry_written_before_a_header_field_existed_is_read_again(tmp_path):
+    """A field added to the header needs no new format: the entries without it are read
+    again, the others kept."""
+    path, cache_file = mtp_model(tmp_path), tmp_path / "headers.json"
+    other = write_gguf(tmp_path / "other.gguf", vocab(60))
+    cache = HeaderCache(cache_file)
+    cache.header(path), cache.header(other)
+    cache.save()
+    data = json.loads(cache_file.read_text())
+    del data["entries"][str(path.resolve())]["header"]["n_nextn"]
+    cache_file.write_text(json.dumps(data))
+    again = HeaderCache(cache_file)
+    assert again.header(path).n_nextn == 1 and again.reads == 1
+    assert again.header(other).n_nextn == 0 and again.reads == 1  # a whole entry is kept
