@@ -1,5 +1,6 @@
 """`specllama models --local --measure`: what a draft/target pair found on this machine would
-give here, measured, and cached like the calibration.
+give here, measured, and cached like the calibration. The draft is a draft model or a draft
+head in its own file (EAGLE-3, DFlash), measured the same way.
 
 For each pair: the calibration (`Engine.calibrate`: verify costs of the target, one draft step;
 cached), then a short probe of acceptance, greedy, with a fixed draft length PROBE_K, on a few
@@ -30,7 +31,7 @@ from specllama.engine.sampling import SamplingParams
 from specllama.llama.backend import build_facts, default_threads
 from specllama.paths import cache_dir
 from specllama.policy.costs import Costs
-from specllama.session import Engine, EngineConfig
+from specllama.session import Engine, EngineConfig, head_kind
 
 PROBE_K = 4
 PROBE_TOKENS = 48
@@ -88,7 +89,7 @@ def measure(
     config = EngineConfig(
         target=target,
         draft=draft,
-        drafter="model",
+        drafter=head_kind(draft) or "model",  # a draft head in its own file drafts as one
         draft_max=PROBE_K,
         adaptive=False,
         n_ctx=settings.n_ctx,

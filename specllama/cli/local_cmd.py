@@ -55,10 +55,18 @@ def show_local(
     settings = probe_settings()
     measured = _measured_lookup(settings)
     machine, offload = probe_machine(), build_facts().gpu_offload
-    pairs = local_pairs.propose_pairs(usable, machine, offload, found.detailed, measured)
+    heads = found.heads  # drafts for the models they fit, beside the draft models
+
+    def propose() -> list[local_pairs.LocalPair]:
+        return local_pairs.propose_pairs(
+            usable, machine, offload, found.detailed, measured, heads=heads
+        )
+
+    pairs = propose()
     if measure and pairs:
         _measure_all(pairs, settings)
-        pairs = local_pairs.propose_pairs(usable, machine, offload, found.detailed, measured)
+        pairs = propose()
+    problems += local_pairs.unpaired_heads(heads, pairs)
     groups = local_pairs.vocab_groups(usable, found.detailed)
     found.cache.save()  # details read for vocabularies of other sizes
     if json_out:

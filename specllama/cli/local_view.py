@@ -119,7 +119,7 @@ def pairs_table(pairs: list[LocalPair], measured: bool) -> Table:
         table.add_row(
             str(rank),
             escape(pair.target.ref),
-            escape(pair.draft.ref) + ("" if pair.same_family else " [dim](other family)[/dim]"),
+            escape(pair.draft.ref) + _draft_note(pair),
             f"{pair.cost_ratio:.2f}",
             pair.fit.verdict,
             speedup,
@@ -128,6 +128,12 @@ def pairs_table(pairs: list[LocalPair], measured: bool) -> Table:
         table.add_row("", f"[dim]... {len(pairs) - MAX_PAIRS_SHOWN} more (--json)[/dim]", "", "",
                       "", "")  # fmt: skip
     return table
+
+
+def _draft_note(pair: LocalPair) -> str:
+    if pair.draft.head_kind:
+        return f" [dim]({pair.draft.head_kind} head)[/dim]"
+    return "" if pair.same_family else " [dim](other family)[/dim]"
 
 
 def local_json(
@@ -143,6 +149,7 @@ def local_json(
                 "draft": p.draft.ref,
                 "target_path": str(p.target.path),
                 "draft_path": str(p.draft.path),
+                "drafter": p.drafter,  # model, or the draft head's kind (--drafter)
                 "draft_cost": round(p.cost_ratio, 4),
                 "same_family": p.same_family,
                 "fit": p.fit.verdict,

@@ -4,7 +4,9 @@ lists, what `--draft auto` chooses from.
 `scan` looks in every store (`specllama.models.stores`) and the saved folders, and reads each
 model's GGUF header once (`header_cache`); a file that is no model is a `Problem` line, never
 an error. So is an MTP assistant (Gemma 4's drafter file): it drafts for its model and cannot
-run, or draft for another model, on its own.
+run, or draft for another model, on its own. A draft head in its own file (EAGLE-3, DFlash:
+known by its architecture) is kept apart, in `heads`: it never runs alone, and drafts for the
+models it fits (`local_pairs.head_pairs`).
 """
 
 from __future__ import annotations
@@ -47,6 +49,24 @@ class LocalModel:
         return self.header.has_mtp and not self.header.is_mtp_assistant
 
     @property
+    def head_kind(self) -> str | None:
+        """The drafter a draft head in its own file needs ("eagle3", ...), None for a model."""
+        return self.header.head_kind
+
+    # getattr: the header's widths (`embedding_length`, and a head's `target_hidden_size`) come
+    # with the GGUF reader that reads them; without them the width is unknown (None).
+    @property
+    def width(self) -> int | None:
+        """The width of its rows ({arch}.embedding_length), None where unknown."""
+        return getattr(self.header, "embedding_length", None)
+
+    @property
+    def reads_width(self) -> int | None:
+        """A draft head's: the width of the target rows it reads (EAGLE-3 names it,
+        `eagle3.target_hidden_size`; a DFlash head's rows are its target's own width)."""
+        return getattr(self.header, "target_hidden_size", None) or self.width
+
+    @property
     def family(self) -> str | None:
         """general.basename (e.g. "Qwen2.5-Coder"), else the architecture, lower case."""
         name = self.header.basename or self.header.architecture
@@ -58,6 +78,7 @@ class LocalScan:
     models: list[LocalModel]
     problems: list[Problem]
     cache: HeaderCache = field(repr=False)
+    heads: list[LocalModel] = field(default_factory=list)  # draft heads in their own file
 
     def detailed(self, model: LocalModel) -> LocalModel:
         """The model with the detail of its vocabulary print (to compare it with vocabularies
@@ -80,19 +101,18 @@ def scan(
     folders = [Path(f) for f in folders] + (local_dirs.saved_dirs() if saved_folders else [])
     findings = stores.find_all(folders, catalog=catalog)
     cache = cache or HeaderCache()
-    models, problems = [], list(findings.problems)
+    models, heads, problems = [], [], list(findings.problems)
     for found in findings.found:
         item = _model_or_problem(found, cache)
         if isinstance(item, Problem):
             problems.append(item)
         else:
-            models.append(item)
+            (heads if item.head_kind else models).append(item)
     cache.save()
-    return LocalScan(models, problems, cache)
+    return LocalScan(models, problems, cache, heads)
 
 
 ASSISTANT = "an MTP assistant, which drafts for its own model (--drafter mtp) and never alone"
-HEAD = "an {kind} draft head, which drafts for its own model (--draft FILE) and never alone"
 
 
 def _model_or_problem(found: Found, cache: HeaderCache) -> LocalModel | Problem:
@@ -100,8 +120,6 @@ def _model_or_problem(found: Found, cache: HeaderCache) -> LocalModel | Problem:
         model = read_model(found, cache)
     except ModelLoadError as exc:
         return Problem(found.ref, _without_path(str(exc), found.path))
-    if model.header.head_kind:
-        return Problem(found.ref, HEAD.format(kind=model.header.head_kind))
     return Problem(found.ref, ASSISTANT) if model.header.is_mtp_assistant else model
 
 

@@ -2,8 +2,9 @@
 and the file-name rules every store shares.
 
 Skipped by name: multimodal projectors (`mmproj`), importance matrices (`imatrix`), draft
-heads for other runners (`mtp-`, `eagle3-`), and every part of a split model but the first
-(`-00001-of-0000N.gguf`: llama.cpp loads the rest from it).
+heads for other runners (`mtp-`), and every part of a split model but the first
+(`-00001-of-0000N.gguf`: llama.cpp loads the rest from it). Draft heads in their own file
+(EAGLE-3, DFlash) are read and known by their architecture (`local.LocalScan.heads`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-_SKIPPED = ("mmproj", "imatrix", "mtp-", "eagle3-")
+_SKIPPED = ("mmproj", "imatrix", "mtp-")
 _SPLIT = re.compile(r"^(?P<stem>.*)-(?P<part>\d{5})-of-(?P<count>\d{5})\.gguf$", re.IGNORECASE)
 
 

@@ -10,6 +10,11 @@ loses), and both fit this machine together
 thumb: where the pair runs (GPU first), then drafts of the target's own family (the same
 general.basename, else architecture) before others, then the cheaper draft. With measurements
 (`specllama models --local --measure`), by the speedup this machine measured.
+
+A draft head in its own file (EAGLE-3, DFlash) drafts for a target from the target's own rows:
+it is paired with each model whose vocabulary `run` accepts and whose rows are as wide as those
+it reads (`head_problem`; the loader checks the rest, such as the layers it names), whatever
+its size, and counts as of the target's family (it was made for a model of that width).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from specllama.models import local
 from specllama.models.compat import vocab_difference
 from specllama.models.hardware import FIT_CPU, FIT_GPU, FIT_NO, FIT_SPLIT, Fit, Machine, fits
 from specllama.models.local import LocalModel, LocalScan
+from specllama.models.local_files import Problem
 
 MIN_SIZE_RATIO = 2.0
 _FIT_RANK = {FIT_GPU: 0, FIT_SPLIT: 1, FIT_CPU: 2}
@@ -41,6 +47,11 @@ class LocalPair:
     fit: Fit
     same_family: bool
     speedup: float | None = None  # measured on this machine (expected, from the probe)
+
+    @property
+    def drafter(self) -> str:
+        """The drafter this pair runs with: "model", or the draft head's kind."""
+        return self.draft.head_kind or "model"
 
     @property
     def cost_ratio(self) -> float:
@@ -103,10 +114,11 @@ def propose_pairs(
     offload: bool,
     detailed: Detailed,
     measured: Measured | None = None,
+    heads: list[LocalModel] | None = None,
 ) -> list[LocalPair]:
-    """Every proposed pair, best first (see the module docstring). Each pair is checked by the
-    rule itself: a group is connected by it, which sizes within 128 of each other do not make
-    transitive."""
+    """Every proposed pair, best first (see the module docstring), `heads`' with the models they
+    draft for among them. Each pair is checked by the rule itself: a group is connected by it,
+    which sizes within 128 of each other do not make transitive."""
     pairs = []
     for group in vocab_groups(models, detailed):
         for target in group:
@@ -114,7 +126,35 @@ def propose_pairs(
                 small = draft.size * MIN_SIZE_RATIO <= target.size
                 if small and difference(draft, target, detailed) is None:
                     pairs.append(_pair(target, draft, machine, offload, measured))
+    for head in heads or []:
+        for target in models:
+            if head_problem(head, target, detailed) is None:
+                pairs.append(_pair(target, head, machine, offload, measured))
     return rank([p for p in pairs if p is not None])
+
+
+def head_problem(head: LocalModel, target: LocalModel, detailed: Detailed) -> str | None:
+    """Why a draft head cannot draft for `target` (None: it can): their vocabularies, or the
+    width of the rows it reads against the target's (unknown widths pass: the loader says)."""
+    if not _may_match(head, target):
+        return "vocabularies of sizes too far apart"
+    if (reason := difference(head, target, detailed)) is not None:
+        return reason
+    reads, width = head.reads_width, target.width
+    if reads is not None and width is not None and reads != width:
+        return f"it reads rows {reads} wide, the model's are {width}"
+    return None
+
+
+def unpaired_heads(heads: list[LocalModel], pairs: list[LocalPair]) -> list[Problem]:
+    """A line for each draft head that no proposed pair drafts with."""
+    paired = {pair.draft.path for pair in pairs}
+    return [
+        Problem(head.ref, f"an {head.head_kind} draft head, and no model here that it drafts "
+                "for (the same vocabulary, rows as wide as it reads) fits beside it")
+        for head in heads
+        if head.path not in paired
+    ]  # fmt: skip
 
 
 def best_draft(
@@ -164,7 +204,9 @@ def _pair(
     fit = fits([target.size, draft.size], machine, offload)
     if fit.verdict == FIT_NO:
         return None
-    same = draft.family is not None and draft.family == target.family
+    same = draft.head_kind is not None or (
+        draft.family is not None and draft.family == target.family
+    )
     speedup = measured(target, draft) if measured else None
     return LocalPair(target, draft, fit, same, speedup)
 

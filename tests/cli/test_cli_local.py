@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import head_models
 import pytest
-from store_fakes import snapshot
+from store_fakes import place, snapshot
 from typer.testing import CliRunner
 
 from specllama.cli.app import app
@@ -236,3 +237,28 @@ def test_doctor_says_whether_this_build_runs_eagle3_heads(bare_machine, monkeypa
     monkeypatch.setattr(app_module, "eagle3_support", lambda: missing)
     assert json.loads(invoke("doctor", "--json").stdout)["eagle3_missing"] == missing
     assert "EAGLE-3 heads" in " ".join(invoke("doctor").stdout.split())
+
+
+def test_a_head_in_a_folder_is_a_draft_for_its_target_and_measured_as_one(bare_machine, tmp_path):
+    folder, alone = tmp_path / "pair", tmp_path / "alone"
+    target = place(head_models.tiny_target(), folder / "target.gguf")
+    head = place(head_models.tiny_eagle3(0.8), folder / "eagle3-tiny.gguf")
+    data = local_json("--dir", folder)
+    assert [m["path"] for m in data["models"]] == [str(target)] and data["problems"] == []
+    [pair] = data["pairs"]
+    assert (pair["target_path"], pair["draft_path"]) == (str(target), str(head))
+    assert pair["drafter"] == "eagle3" and pair["speedup"] is None
+    table = invoke("models", "--local", "--dir", folder)
+    assert "(eagle3 head)" in table.stdout
+    assert f"--target {target} --draft {head}" in table.stdout  # run drafts with it as a head
+    # --measure probes it as it probes a draft model: with the head drafting, and caches it.
+    measured = local_json("--dir", folder, "--measure")
+    [pair] = measured["pairs"]
+    assert pair["speedup"] > 0
+    assert local_json("--dir", folder)["pairs"][0]["speedup"] == pair["speedup"]
+    # A head with no model here to draft for is one line.
+    place(head_models.tiny_eagle3(0.8), alone / "head.gguf")
+    lonely = local_json("--dir", alone)
+    assert lonely["pairs"] == [] and lonely["models"] == []
+    [line] = lonely["problems"]
+    assert line["where"].endswith("head.gguf") and "eagle3 draft head" in line["reason"]

@@ -4,14 +4,25 @@ by the vocabulary rule and paired; damaged files are lines, never failures."""
 from __future__ import annotations
 
 import os
+from dataclasses import fields
 
+import head_models
 import pytest
 from gguf_fakes import vocab, write_gguf
+from store_fakes import place
 
+from specllama.llama.gguf_info import GgufHeader
 from specllama.models import local, local_dirs
 from specllama.models.hardware import FIT_CPU, Machine
 from specllama.models.header_cache import HeaderCache
-from specllama.models.local_pairs import best_draft, propose_pairs, vocab_groups
+from specllama.models.local_pairs import (
+    MIN_SIZE_RATIO,
+    best_draft,
+    head_problem,
+    propose_pairs,
+    unpaired_heads,
+    vocab_groups,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -150,3 +161,69 @@ def test_a_file_that_cannot_be_read_now_is_a_line_and_is_not_remembered(
     assert [p.reason for p in scan.problems] == ["cannot read locked.gguf: permission denied"]
     monkeypatch.setattr(os, "access", real_access)
     assert [m.path for m in local.scan([folder]).models] == [locked]
+
+
+# -- draft heads in their own file ------------------------------------------------------------
+
+# Whether the header reader gives the widths a head's pairing checks (rows read, rows made).
+READS_WIDTHS = {"embedding_length", "target_hidden_size"} <= {f.name for f in fields(GgufHeader)}
+
+
+def head_folder(tmp_path, *extra):
+    """The tiny synthetic target and its EAGLE-3 head under a name once skipped, and `extra`
+    (name, file) pairs, in a folder of their own."""
+    folder = tmp_path / "heads"
+    place(head_models.tiny_target(), folder / "target.gguf")
+    place(head_models.tiny_eagle3(0.8), folder / "eagle3-tiny.gguf")
+    for name, path in extra:
+        place(path, folder / name)
+    return folder
+
+
+def names(pairs):
+    return sorted((p.target.path.name, p.draft.path.name) for p in pairs)
+
+
+def test_a_draft_head_is_found_by_its_architecture_and_drafts_for_its_target(
+    bare_machine, tmp_path
+):
+    scan = local.scan([head_folder(tmp_path)])
+    assert [(m.path.name, m.head_kind) for m in scan.heads] == [("eagle3-tiny.gguf", "eagle3")]
+    assert [m.path.name for m in scan.models] == ["target.gguf"] and scan.problems == []
+    pairs = propose_pairs(scan.models, BIG, False, scan.detailed, heads=scan.heads)
+    [pair] = pairs
+    assert names(pairs) == [("target.gguf", "eagle3-tiny.gguf")]
+    assert pair.drafter == "eagle3" and pair.same_family and pair.fit.verdict == FIT_CPU
+    # Paired though it is over half the target's size: the draft models' size rule is not its.
+    assert pair.cost_ratio > 1 / MIN_SIZE_RATIO
+    assert propose_pairs(scan.models, BIG, False, scan.detailed) == []  # no heads, no pair
+    assert unpaired_heads(scan.heads, pairs) == []
+    [line] = unpaired_heads(scan.heads, [])
+    assert line.where == scan.heads[0].ref and "an eagle3 draft head" in line.reason
+
+
+def test_a_head_does_not_draft_for_a_model_of_another_vocabulary(bare_machine, tmp_path):
+    other = write_gguf(tmp_path / "other.gguf", vocab(49152, "other"))
+    scan = local.scan([head_folder(tmp_path, ("other.gguf", other))])
+    [head], by_name = scan.heads, {m.path.name: m for m in scan.models}
+    assert head_problem(head, by_name["other.gguf"], scan.detailed) is not None
+    pairs = propose_pairs(scan.models, BIG, False, scan.detailed, heads=scan.heads)
+    assert names(pairs) == [("target.gguf", "eagle3-tiny.gguf")]
+
+
+@pytest.mark.skipif(not READS_WIDTHS, reason="the GGUF header reader gives no widths yet")
+def test_a_head_drafts_only_for_models_as_wide_as_the_rows_it_reads(
+    bare_machine, tmp_path, smol_q4
+):
+    """SmolLM2 shares the tiny target's vocabulary, but its rows are 576 wide, not 64; a head
+    made for a 96-wide target drafts for neither."""
+    wide = head_models.tiny_eagle3(0.8, target_hidden_size=96)
+    scan = local.scan([head_folder(tmp_path, ("smol.gguf", smol_q4), ("wide.gguf", wide))])
+    heads, by_name = {m.path.name: m for m in scan.heads}, {m.path.name: m for m in scan.models}
+    said = head_problem(heads["eagle3-tiny.gguf"], by_name["smol.gguf"], scan.detailed)
+    assert said == "it reads rows 64 wide, the model's are 576"
+    pairs = propose_pairs(scan.models, BIG, False, scan.detailed, heads=scan.heads)
+    assert [n for n in names(pairs) if n[1] != "target.gguf"] == [
+        ("target.gguf", "eagle3-tiny.gguf")
+    ]  # and SmolLM2 with the tiny target as its draft model
+    assert [line.where for line in unpaired_heads(scan.heads, pairs)] == [heads["wide.gguf"].ref]

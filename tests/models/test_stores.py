@@ -22,7 +22,7 @@ from specllama.models.ollama import OllamaName
         ("mmproj-model-f16.gguf", False),
         ("model.imatrix.gguf", False),
         ("mtp-head.gguf", False),
-        ("eagle3-llama.gguf", False),
+        ("eagle3-llama.gguf", True),  # read: a head is known by its architecture
         ("big-00001-of-00003.gguf", True),
         ("big-00002-of-00003.gguf", False),
         ("model.safetensors", False),
