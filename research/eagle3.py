@@ -1,23 +1,25 @@
 #!/usr/bin/env python3
-"""Issue 34: drafting with an EAGLE-3 head, specllama against llama.cpp's draft-eagle3, on the
-same files: acceptance and tokens/s at the same draft length.
+"""Issue 34: drafting with a head in its own file (EAGLE-3 or DFlash), specllama against
+llama.cpp's draft-eagle3 / draft-dflash, on the same files: acceptance and tokens/s at the same
+draft length.
 
     python research/eagle3.py --llama-bin /tmp/llama-build/bin --size 1.5b --ks 1 3
     python research/eagle3.py --llama-bin /tmp/llama-build/bin --size tiny -n 48 --repeats 1
+    python research/eagle3.py --kind dflash --size 1.5b --layers 4 --ks 3 8
 
 The pair is synthetic (research/make_heads.py, tests/head_models.py): a llama target (the tiny
 one, or Qwen2.5-1.5B's trunk in F16) whose greedy text follows a fixed permutation of SmolLM2's
-vocabulary, and an EAGLE-3 head right on a fraction `--accept` of the tokens. Written once
-into ~/.cache/specllama-bench (SPECLLAMA_BENCH_MODELS).
+vocabulary, and a head right on a fraction `--accept` of the tokens (a DFlash head: each token of
+its block in turn). Written once into ~/.cache/specllama-bench (SPECLLAMA_BENCH_MODELS).
 
 Configurations, greedy, N tokens, each repeat in an order rotated by one (drift on the machine
-hits all alike): `sl-target` (specllama, the target alone), `sl-eagle3-kK` (FixedLength(K)),
+hits all alike): `sl-target` (specllama, the target alone), `sl-KIND-kK` (FixedLength(K)),
 `lc-target` (llama-speculative-simple with ngram-simple at a 1024-token n-gram: never matches,
-so the same loop drafts nothing), `lc-eagle3-kK` (`--spec-type draft-eagle3 --spec-draft-n-max
-K`). Both clocks start after the prompt's prefill; speeds are compared as rates (llama.cpp's
-last round can overshoot N). Every specllama answer is checked against the permutation's.
+so the same loop drafts nothing), `lc-KIND-kK` (`--spec-type draft-KIND --spec-draft-n-max K`).
+Both clocks start after the prompt's prefill; speeds are compared as rates (llama.cpp's last
+round can overshoot N). Every specllama answer is checked against the permutation's.
 
-Prints one JSON object per run and a table last; writes research/results/issue34-eagle3-SIZE.json.
+Prints one JSON object per run and a table last; writes research/results/issue34-KIND-SIZE.json.
 """
 
 from __future__ import annotations
@@ -39,13 +41,17 @@ sys.path.insert(0, str(HERE.parent / "tests"))  # head_models
 import make_heads  # noqa: E402
 
 from specllama.engine.control import FixedLength  # noqa: E402
+from specllama.engine.dflash import DFlashDrafter  # noqa: E402
 from specllama.engine.drafters import NoDrafter  # noqa: E402
 from specllama.engine.eagle3 import Eagle3Drafter  # noqa: E402
 from specllama.engine.events import FinishEvent, TokenEvent  # noqa: E402
 from specllama.engine.sampling import SamplingParams  # noqa: E402
 from specllama.engine.speculative import generate  # noqa: E402
 from specllama.llama.backend import LlamaBackend, default_threads  # noqa: E402
+from specllama.llama.dflash import DFlashHead  # noqa: E402
 from specllama.llama.eagle3 import Eagle3Head  # noqa: E402
+
+HEADS = {"eagle3": (Eagle3Head, Eagle3Drafter), "dflash": (DFlashHead, DFlashDrafter)}
 
 PROMPT = "Write a short poem about the sea"
 _DECODED = re.compile(rb"decoded\s+(\d+) tokens in\s+([\d.]+) seconds")
@@ -100,11 +106,11 @@ def run_llama_cpp(binary: Path, model: Path, spec: list[str], n: int, threads: i
     }  # fmt: skip
 
 
-def ours(target: LlamaBackend, head: Eagle3Head, config: str, prompt: list[int], n: int):
+def ours(target: LlamaBackend, head, config: str, prompt: list[int], n: int):
     if config == "sl-target":
         drafter, k = NoDrafter(), 0
     else:
-        drafter, k = Eagle3Drafter(head), int(config.removeprefix("sl-eagle3-k"))
+        drafter, k = HEADS[head.kind][1](head), int(config.rsplit("-k", 1)[1])
     target.rollback(0)
     head.rollback(0)
     tokens, finish = [], None
@@ -126,6 +132,8 @@ def ours(target: LlamaBackend, head: Eagle3Head, config: str, prompt: list[int],
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--llama-bin", type=Path, default=Path("/tmp/llama-build/bin"))
+    parser.add_argument("--kind", choices=sorted(HEADS), default="eagle3")
+    parser.add_argument("--layers", type=int, default=1, help="a DFlash head's decoder layers")
     parser.add_argument("--size", choices=("tiny", "1.5b", "8b"), default="1.5b")
     parser.add_argument("--accept", type=float, default=0.8)
     parser.add_argument("--ks", type=int, nargs="+", default=[1, 3])
@@ -141,25 +149,27 @@ def main() -> None:
 
     models = args.models or bench_cache() / "eagle3"
     target_path, head_path = make_heads.write_pair(
-        models, accept=args.accept, size=args.size, vocab=args.vocab
-    )
+        models, accept=args.accept, kind=args.kind, size=args.size, layers=args.layers,
+        vocab=args.vocab,
+    )  # fmt: skip
     import head_models
 
     mapping = head_models.next_token_map(args.vocab or _vocab())
     layers = -1 if args.gpu else 0
     target = LlamaBackend(target_path, n_ctx=args.ctx, n_threads=args.threads,
                           n_gpu_layers=layers)  # fmt: skip
-    head = Eagle3Head(target, head_path, n_gpu_layers=layers)
+    head = HEADS[args.kind][0](target, head_path, n_gpu_layers=layers)
     offload = ["-ngl", "99", "-ngld", "99"] if args.gpu else []
     prompt = target.tokenize(PROMPT, add_bos=True, special=True)
     expected = expected_answer(mapping, prompt, args.n)
     spec = {
         "lc-target": [*offload, "--spec-type", "ngram-simple", "--spec-ngram-simple-size-n",
                       "1024"],
-        **{f"lc-eagle3-k{k}": [*offload, "-md", str(head_path), "--spec-type", "draft-eagle3",
-                               "--spec-draft-n-max", str(k)] for k in args.ks},
+        **{f"lc-{args.kind}-k{k}": [*offload, "-md", str(head_path), "--spec-type",
+                                    f"draft-{args.kind}", "--spec-draft-n-max", str(k)]
+           for k in args.ks},
     }  # fmt: skip
-    names = ["sl-target", *(f"sl-eagle3-k{k}" for k in args.ks), *spec]
+    names = ["sl-target", *(f"sl-{args.kind}-k{k}" for k in args.ks), *spec]
     for name in names:  # untimed: the first decodes after loading (page cache, graphs)
         if name.startswith("sl-"):
             ours(target, head, name, prompt, 4)
@@ -181,10 +191,10 @@ def main() -> None:
     head.close()
     target.close()
     table = summarise(runs, names)
-    out = args.json or HERE / "results" / f"issue34-eagle3-{args.size}.json"
+    out = args.json or HERE / "results" / f"issue34-{args.kind}-{args.size}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     facts = {"cpu": cpu_name(), "threads": args.threads, "n": args.n, "accept": args.accept,
-             "size": args.size, "gpu": args.gpu,
+             "kind": args.kind, "layers": args.layers, "size": args.size, "gpu": args.gpu,
              "when": time.strftime("%Y-%m-%d %H:%M")}  # fmt: skip
     out.write_text(json.dumps({"facts": facts, "summary": table, "runs": runs}, indent=1) + "\n")
     print(f"\n{facts}")

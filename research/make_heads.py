@@ -4,17 +4,19 @@ known by construction (tests/head_models.py says how). Prints one JSON line
 {"target": PATH, "head": PATH}.
 
     python research/make_heads.py OUT --kind eagle3 --accept 0.8 --size tiny
+    python research/make_heads.py OUT --kind dflash --accept 0.8 --size 1.5b   # F16
     python research/make_heads.py OUT --kind eagle3 --accept 0.8 --size 1.5b   # F16, 3.2 GB
     python research/make_heads.py OUT --size 8b --vocab qwen.gguf              # F16, ~17 GB
     python research/make_heads.py OUT --kind eagle3 --accept 1 --uses-hidden   # pairing check
 
 The vocabulary (tokenizer and size) is SmolLM2's, the tests' model (`--vocab GGUF` for another).
-The target is a llama; the head reads three of its layers' inputs. Files already written are
-reused (their names carry the kind, size, acceptance and construction).
+The target is a llama; an EAGLE-3 head reads three of its layers' inputs, a DFlash head guesses
+a block of tokens at once (as long as the target's width allows: 7 at tiny, 16 at 1.5b; its
+`--layers` are decoders past the first that add nothing, for a deeper head's cost). Files
+already written are reused (their names carry the kind, size, acceptance and construction).
 
-Only `eagle3` is written: a DFlash head needs its block attention steered to the anchor token
-through RoPE (no construction with a known acceptance yet), and a Gemma 4 assistant needs a
-gemma4 target (per-layer embeddings, shared KV layers) that no synthetic writer here makes.
+A Gemma 4 assistant is not written: it needs a gemma4 target (per-layer embeddings, shared KV
+layers) that no synthetic writer here makes.
 """
 
 from __future__ import annotations
@@ -31,15 +33,17 @@ sys.path.insert(0, str(HERE.parent / "tests"))  # head_models, model_factory
 
 import head_models  # noqa: E402
 
-KINDS = ("eagle3", "dflash", "gemma4-assistant")
+KINDS = ("eagle3", "dflash")
 
 
 def write_pair(
     out: Path,
     *,
     accept: float,
+    kind: str = "eagle3",
     size: str = "tiny",
     uses_hidden: bool = False,
+    layers: int = 1,
     vocab: Path | None = None,
 ) -> tuple[Path, Path]:
     """(target, head) under `out`, written unless already there."""
@@ -52,20 +56,29 @@ def write_pair(
     suffix = "F32" if dtype == np.float32 else "F16"
     out.mkdir(parents=True, exist_ok=True)
     mapping = head_models.next_token_map(vocab)
+    head_next = head_models.partly_right(mapping, accept)
     target = out / f"llama-{size}.target.{suffix}.gguf"
-    construction = "hidden" if uses_hidden else "token"
-    head = out / f"llama-{size}.eagle3-{construction}-a{accept:g}.{suffix}.gguf"
+    construction = (
+        f"dflash-l{layers}"
+        if kind == "dflash"
+        else (f"eagle3-{'hidden' if uses_hidden else 'token'}")
+    )
+    head = out / f"llama-{size}.{construction}-a{accept:g}.{suffix}.gguf"
     if not target.exists():
         partial = target.with_suffix(".partial")
         head_models.write_llama_target(partial, shape, vocab, next_token=mapping, dtype=dtype)
         partial.replace(target)
     if not head.exists():
         partial = head.with_suffix(".partial")
-        head_models.write_eagle3_head(
-            partial, shape, vocab, next_token=mapping,
-            head_next=head_models.partly_right(mapping, accept), uses_hidden=uses_hidden,
-            dtype=dtype,
-        )  # fmt: skip
+        if kind == "dflash":
+            head_models.write_dflash_head(
+                partial, shape, vocab, head_next=head_next, n_layer=layers, dtype=dtype
+            )
+        else:
+            head_models.write_eagle3_head(
+                partial, shape, vocab, next_token=mapping, head_next=head_next,
+                uses_hidden=uses_hidden, dtype=dtype,
+            )  # fmt: skip
         partial.replace(head)
     return target, head
 
@@ -76,14 +89,13 @@ def main() -> None:
     parser.add_argument("--kind", choices=KINDS, default="eagle3")
     parser.add_argument("--accept", type=float, default=0.8)
     parser.add_argument("--size", choices=sorted(head_models.SHAPES), default="tiny")
-    parser.add_argument("--uses-hidden", action="store_true", help="the pairing-check head")
+    parser.add_argument("--uses-hidden", action="store_true", help="the EAGLE-3 pairing check")
+    parser.add_argument("--layers", type=int, default=1, help="a DFlash head's decoder layers")
     parser.add_argument("--vocab", type=Path, help="a GGUF to take the tokenizer from")
     args = parser.parse_args()
-    if args.kind != "eagle3":
-        parser.error(f"--kind {args.kind}: not written yet (only eagle3; see the docstring)")
     target, head = write_pair(
-        args.out, accept=args.accept, size=args.size, uses_hidden=args.uses_hidden,
-        vocab=args.vocab,
+        args.out, accept=args.accept, kind=args.kind, size=args.size,
+        uses_hidden=args.uses_hidden, layers=args.layers, vocab=args.vocab,
     )  # fmt: skip
     print(json.dumps({"target": str(target), "head": str(head)}))
 

@@ -17,6 +17,7 @@ from specllama.chat import Message, plain_prompt, render_chat
 from specllama.engine.constraint import ConstraintSpec, Grammar, compile_constraint
 from specllama.engine.control import DraftController, FixedLength
 from specllama.engine.detok import TextStream
+from specllama.engine.dflash import DFlashDrafter
 from specllama.engine.drafters import (
     CombinedDrafter,
     Drafter,
@@ -34,6 +35,7 @@ from specllama.engine.speculative import generate
 from specllama.errors import ModelLoadError, UsageError
 from specllama.llama import gguf_info, rpc
 from specllama.llama.backend import LlamaBackend, build_facts, default_threads
+from specllama.llama.dflash import DFlashHead
 from specllama.llama.eagle3 import Eagle3Head
 from specllama.llama.grammar import tokenizer_for
 from specllama.llama.mtp import MtpHead, mtp_support
@@ -44,6 +46,9 @@ from specllama.models.hardware import gpu_backend
 from specllama.policy import calibration, trust
 from specllama.policy.controller import AdaptiveController
 from specllama.policy.costs import Costs
+
+# The draft heads that come in their own file (`control.HEADS`), and how each drafts.
+HEAD_KINDS = {"eagle3": (Eagle3Head, Eagle3Drafter), "dflash": (DFlashHead, DFlashDrafter)}
 
 
 def check_drafter(name: str) -> None:
@@ -72,7 +77,8 @@ def mtp_problem(target: Path) -> str | None:
 
 
 def head_kind(draft: Path | None) -> str | None:
-    """The drafter a draft file needs when it is a draft head ("eagle3"), else None."""
+    """The drafter a draft file needs when it is a draft head ("eagle3", "dflash"), else
+    None."""
     if draft is None:
         return None
     try:
@@ -122,8 +128,8 @@ class EngineConfig:
             raise UsageError(f"--ctx must be at least 16, got {self.n_ctx}")
         if self.drafter == "model" and self.draft is None:
             raise UsageError("--drafter model needs a draft model (--draft or --pair)")
-        if self.drafter == "eagle3" and self.draft is None:
-            raise UsageError("--drafter eagle3 needs the head's file (--draft FILE.gguf)")
+        if self.drafter in HEAD_KINDS and self.draft is None:
+            raise UsageError(f"--drafter {self.drafter} needs the head's file (--draft FILE.gguf)")
 
     @property
     def mtp(self) -> bool:
@@ -163,9 +169,11 @@ class Engine:
                 "roll them back (no n_rs_seq): the target runs alone, without drafts"
             )
         self.mtp_head = MtpHead(self.target) if config.mtp else None
-        self.eagle3_head: Eagle3Head | None = None
-        if config.drafter == "eagle3" and config.draft is not None:
-            self.eagle3_head = Eagle3Head(
+        # A draft head in its own file (--draft HEAD.gguf), of the kind --drafter names.
+        self.head: Eagle3Head | DFlashHead | None = None
+        if config.drafter in HEAD_KINDS and config.draft is not None:
+            head_class = HEAD_KINDS[config.drafter][0]
+            self.head = head_class(
                 self.target, config.draft, n_gpu_layers=config.n_gpu_layers_draft
             )
         self.draft_model: LlamaBackend | None = None
@@ -197,7 +205,9 @@ class Engine:
 
     def drafter_choices(self) -> list[str]:
         """The drafters `make_drafter` can make with the models loaded."""
-        loaded = [("model", self.draft_model), ("mtp", self.mtp_head), ("eagle3", self.eagle3_head)]
+        loaded = [("model", self.draft_model), ("mtp", self.mtp_head)]
+        if self.head is not None:
+            loaded.append((self.head.kind, self.head))
         return [*(name for name, part in loaded if part is not None), "ngram", "none"]
 
     def make_drafter(self, name: str) -> Drafter:
@@ -213,11 +223,11 @@ class Engine:
                 )
             head = MtpDrafter(self.mtp_head)
             return CombinedDrafter(head, self._ngram()) if self.config.adaptive else head
-        if name == "eagle3":
-            if self.eagle3_head is None:
-                raise UsageError("no EAGLE-3 head is loaded", hint="start with --draft HEAD.gguf")
-            eagle = Eagle3Drafter(self.eagle3_head)
-            return CombinedDrafter(eagle, self._ngram()) if self.config.adaptive else eagle
+        if name in HEAD_KINDS:
+            if self.head is None or self.head.kind != name:
+                raise UsageError(f"no {name} head is loaded", hint="start with --draft HEAD.gguf")
+            head = HEAD_KINDS[name][1](self.head)
+            return CombinedDrafter(head, self._ngram()) if self.config.adaptive else head
         if name == "ngram":  # adaptive: longer n-grams, whose length tells a copy from a guess
             return self._ngram()
         return NoDrafter()
@@ -248,8 +258,8 @@ class Engine:
         finally:
             if self.mtp_head is not None:
                 self.mtp_head.close()  # before the target: its context refers to the target's
-            if self.eagle3_head is not None:
-                self.eagle3_head.close()  # so does this one
+            if self.head is not None:
+                self.head.close()  # so does this one
             self.target.close()
             if self.draft_model is not None:
                 self.draft_model.close()
@@ -359,7 +369,7 @@ class Engine:
             self.calibration = calibration.load_or_measure(
                 self._calibration_key(),
                 self.target,
-                self.draft_model or self.mtp_head or self.eagle3_head,
+                self.draft_model or self.mtp_head or self.head,
                 refresh=refresh,
                 on_measure=on_measure,
                 side_by_side=self.both_on_gpu,
@@ -371,7 +381,7 @@ class Engine:
         return self.calibration.costs if self.calibration is not None else None
 
     def _calibration_key(self) -> dict[str, object]:
-        loaded = self.draft_model or self.eagle3_head
+        loaded = self.draft_model or self.head
         draft = self.config.draft if loaded is not None else None
         return calibration.calibration_key(
             self.config.target,

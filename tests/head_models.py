@@ -208,6 +208,141 @@ def write_eagle3_head(
     return out
 
 
+# -- DFlash --------------------------------------------------------------------------------------
+
+# The attention margin of the DFlash construction: the logit gap, in every head, between the
+# position a head should read and every other.
+_DFLASH_MARGIN = 40.0
+
+
+def dflash_code_width(n_embd: int) -> int:
+    """The width of a token's code in a DFlash head as wide as its target (the head's width is
+    its target's, llama.cpp's rule): heads of this width, 8 or more of them."""
+    return min(64, n_embd // 8)
+
+
+def dflash_block_size(n_embd: int) -> int:
+    """The largest block the construction fits: the anchor's code, one slot per mask and the
+    flags take a head each."""
+    return min(16, n_embd // dflash_code_width(n_embd) - 1)
+
+
+def write_dflash_head(
+    out: Path,
+    shape: LlamaShape,
+    vocab_src: Path,
+    *,
+    head_next: np.ndarray,
+    n_layer: int = 1,
+    logit: float = 100.0,
+    dtype: type = np.float32,
+    target_layers: tuple[int, ...] | None = None,
+) -> Path:
+    """A DFlash head for the target of `write_llama_target` whose guess for the i-th token after
+    the anchor is head_next applied i times: each drafted token is right where head_next is.
+
+    A token's embedding is a random code (one head wide, c dimensions) and a flag: ordinary or
+    the mask. The block is [anchor, mask x (B - 1)] at positions n..n+B-1, attention not causal.
+    Attention head j (one per mask offset j + 1) lets the mask at offset i read the anchor only
+    when i = j + 1: queries and keys are normed per head, so only their directions count, and
+    RoPE (NeoX pairs, frequency factors set here) turns the mask's query in pair 0 by i*theta
+    against the anchor's key, theta = pi / B, while pair 1, turned by nothing, scores every
+    mask's key halfway between the anchor's score at offset 0 and at offset 1. So the anchor
+    outweighs the masks by _DFLASH_MARGIN at offset j + 1 and falls as far below them
+    elsewhere. The masks' values are zero, and so are the target rows' keys and values (`fc` is
+    zero: the target's features are not read). Head j's value is the anchor's code, written to
+    the stream's slot j + 1; the output reads slot i as the token head_next^i of the code's
+    token. Layers past the first add nothing (their outputs are zero): a deeper head's cost.
+    """
+    arch = "dflash"
+    writer = gguf.GGUFWriter(out, arch)
+    n_vocab = _copy_tokenizer(writer, vocab_src)
+    mask_token = _mask_token(vocab_src)
+    writer.add_uint32("tokenizer.ggml.mask_token_id", mask_token)
+    n, c = shape.n_embd, dflash_code_width(shape.n_embd)
+    block_size = dflash_block_size(n)
+    n_head = n // c
+    writer.add_name(f"synthetic dflash {shape.name}")
+    _hparams(writer, shape, n_layer, n_head, n_head)
+    writer.add_array(f"{arch}.target_layers", list(target_layers or shape.target_layers))
+    writer.add_uint32(f"{arch}.block_size", block_size)
+    theta = np.pi / block_size
+    alpha = 1.0 / np.sqrt(1.0 + ((1.0 + np.cos(theta)) / 2) ** 2)  # the query's share in pair 0
+    gamma = alpha * (1.0 + np.cos(theta)) / 2  # ... and in pair 1: the masks' level
+    # A score is kq_scale * c * (query share) * cos(angle) (queries and keys normed to sqrt(c));
+    # the margin is half the anchor's fall from offset 0 to offset 1.
+    kq_scale = 2 * _DFLASH_MARGIN / (c * alpha * (1 - np.cos(theta)))
+    writer.add_float32(f"{arch}.attention.scale", float(kq_scale))
+    f32 = dtype == np.float32
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32 if f32 else gguf.LlamaFileType.MOSTLY_F16)
+
+    codes = embeddings(LlamaShape("code", 1, c, 1, 1, 1, (0, 0, 0)), n_vocab)
+    ordinary_flag, mask_flag = n - c, n - c + 1  # in the last head's dimensions
+    token_embd = np.zeros((n_vocab, n), dtype=np.float32)
+    token_embd[:, :c] = codes
+    token_embd[:, ordinary_flag] = 1.0
+    token_embd[mask_token] = 0.0
+    token_embd[mask_token, mask_flag] = 1.0
+    code_in = np.sqrt(n / 2)  # after attn_norm an ordinary token's row is sqrt(n/2) (code, flag)
+    half = c // 2  # NeoX pairs dimension d with d + half
+    wq, wk = np.zeros((n, n), dtype=np.float32), np.zeros((n, n), dtype=np.float32)
+    wv, wo = np.zeros((n, n), dtype=np.float32), np.zeros((n, n), dtype=np.float32)
+    for j in range(block_size - 1):
+        base, slot = j * c, (j + 1) * c
+        angle = -(j + 1) * theta  # the mask at offset j + 1 meets the anchor at angle 0
+        wq[base, mask_flag] = alpha * np.cos(angle)
+        wq[base + half, mask_flag] = alpha * np.sin(angle)
+        wq[base + 1, mask_flag] = gamma
+        wk[base, ordinary_flag] = 1.0  # every ordinary token's key: pair 0 at angle 0
+        wk[base + 1, mask_flag] = 1.0  # every mask's key: pair 1
+        wv[base : base + c, :c] = np.eye(c) / code_in
+        wo[slot : slot + c, base : base + c] = np.eye(c)
+    # Pair 0 turns by theta a position; pair 1 by nothing (its frequency divided by 1e12).
+    rope_freqs = np.ones(half, dtype=np.float32)
+    rope_freqs[0], rope_freqs[1] = 1.0 / theta, 1e12
+    # At a mask of offset i the stream is its flag and the anchor's code in slot i, normed to
+    # sqrt(n/2) each; slot i of token t's output row holds the code of head_next^-i(t).
+    output = np.zeros((n_vocab, n), dtype=np.float32)
+    inverse = np.empty_like(head_next)
+    inverse[head_next] = np.arange(n_vocab)
+    before = np.arange(n_vocab)
+    for i in range(1, block_size):
+        before = inverse[before]
+        output[:, i * c : (i + 1) * c] = codes[before] * (logit / code_in)
+    ones = np.ones(n, dtype=np.float32)
+    n_features = len(target_layers or shape.target_layers) * n
+    writer.add_tensor("token_embd.weight", token_embd.astype(dtype))
+    writer.add_tensor("rope_freqs.weight", rope_freqs)
+    writer.add_tensor("fc.weight", np.zeros((n, n_features), dtype=dtype))
+    writer.add_tensor("enc.output_norm.weight", ones)
+    for il in range(n_layer):
+        live = il == 0
+        tensors = {
+            "attn_norm.weight": ones,
+            "attn_q.weight": wq if live else _weights(n, n),
+            "attn_k.weight": wk if live else _weights(n, n),
+            "attn_v.weight": wv if live else _weights(n, n),
+            "attn_output.weight": wo if live else np.zeros((n, n), dtype=np.float32),
+            "attn_q_norm.weight": np.ones(c, dtype=np.float32),
+            "attn_k_norm.weight": np.ones(c, dtype=np.float32),
+            "ffn_norm.weight": ones,
+            "ffn_gate.weight": _weights(shape.n_ff, n),
+            "ffn_up.weight": _weights(shape.n_ff, n),
+            "ffn_down.weight": np.zeros((n, shape.n_ff), dtype=np.float32),  # adds nothing
+        }
+        for name, array in tensors.items():
+            writer.add_tensor(f"blk.{il}.{name}", array if array.ndim == 1 else array.astype(dtype))
+    writer.add_tensor("output_norm.weight", ones)
+    writer.add_tensor("output.weight", output.astype(dtype))
+    _finish(writer)
+    return out
+
+
+def _mask_token(vocab_src: Path) -> int:
+    """A control token no chat template writes, to stand for the mask: the last one."""
+    return int(qwen35_models.control_tokens(vocab_src)[-1])
+
+
 def next_token_map(vocab_src: Path) -> np.ndarray:
     """A permutation of the ordinary tokens; control tokens and those llama.cpp ends at stay
     in place (`qwen35_models.next_token_map`), so that no answer ends by chance."""
@@ -262,6 +397,26 @@ def tiny_eagle3(
             dst, TINY, vocab, next_token=mapping, head_next=partly_right(mapping, acceptance),
             uses_hidden=uses_hidden, logit=TEST_LOGIT, target_layers=target_layers,
             target_hidden_size=target_hidden_size,
+        )  # fmt: skip
+
+    return model_factory._derived(name + ".F32.gguf", build)
+
+
+def tiny_dflash(acceptance: float, *, target_layers: tuple[int, ...] | None = None) -> Path:
+    """A DFlash head for `tiny_target()`, right on a fraction `acceptance` of the tokens (each
+    drafted token in turn); `target_layers`: one made for another target (a mismatch)."""
+    import model_factory
+
+    name = f"llama-tiny.dflash-a{acceptance:g}"
+    if target_layers is not None:
+        name += "-layers" + "_".join(map(str, target_layers))
+
+    def build(dst: Path) -> None:
+        vocab = model_factory.smollm2_q4()
+        mapping = next_token_map(vocab)
+        write_dflash_head(
+            dst, TINY, vocab, head_next=partly_right(mapping, acceptance),
+            target_layers=target_layers,
         )  # fmt: skip
 
     return model_factory._derived(name + ".F32.gguf", build)

@@ -2,8 +2,8 @@
 from the target's hidden states, run in a second llama.cpp context beside the target's.
 
 The head names three target layers (`eagle3.target_layers`). The target's context writes the
-input of each of them for every token it evaluates (`llama_set_embeddings_layer_inp`), kept
-here by position (`HiddenRows`, the three rows side by side). The head's encoder (`fc`, run by
+input of each of them for every token it evaluates, kept by position, the three rows side by side
+(`specllama.llama.target_rows`). The head's encoder (`fc`, run by
 `llama_encode`) fuses the three rows of position p into one row g[p]; its decoder at position p
 reads the pair (token x[p+1], g[p]) and predicts x[p+2]. So the head's cache at position j
 holds the token at j+1: `self.tokens` is the text shifted by one. Drafting on from its own
@@ -12,10 +12,6 @@ guess, the head pairs the guess with its own pre-norm row of the step before, as
 llama.cpp drives it the same way (common/speculative.cpp, `draft-eagle3`): encode the verified
 rows, decode the pairs, then one decode per drafted token. It encodes the whole verify batch,
 rejected drafts included; this encodes only what the target kept.
-
-The staging calls (`llama-ext.h`) are exported under C++-mangled names; this llama-cpp-python
-binds the nextn ones but not the layer-input ones, so they are bound here, by name, and probed
-once (`eagle3_support`).
 """
 
 from __future__ import annotations
@@ -23,75 +19,31 @@ from __future__ import annotations
 import ctypes
 import time
 from collections.abc import Sequence
-from functools import cache
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 
 from specllama.errors import ModelLoadError, SpecllamaError, UsageError
 from specllama.llama.backend import EvaluatedTokens, LlamaBackend, _llama, fill_batch
-from specllama.llama.mtp import HiddenRows, mtp_support
+from specllama.llama.target_rows import (
+    LayerInputs,
+    layers_beyond,
+    model_meta,
+    staging_calls,
+    target_layer_ids,
+)
 
 ARCHITECTURE = "eagle3"
+_HEADS = "EAGLE-3 heads"
 _ROWS_KEPT_BEHIND = 64
 _OUTPUTS_AT_MOST = 16  # pairs in the decode that outputs (`_decode`)
 _N_TARGET_LAYERS = 3  # llama.cpp's EAGLE-3 reads exactly three
-# (name, mangled name (Itanium ABI), argument types, result type); ctypes types filled in
-# `_bind`, where llama_cpp is imported.
-_STAGING = (
-    ("set_layer_inp", "_Z30llama_set_embeddings_layer_inpP13llama_contextjb"),
-    ("get_layer_inp", "_Z30llama_get_embeddings_layer_inpP13llama_contextj"),
-    ("target_layer_ids", "_Z28llama_model_target_layer_idsPK11llama_model"),
-    ("target_layer_ids_n", "_Z30llama_model_target_layer_ids_nPK11llama_model"),
-)
-
-
-@cache
-def _bind() -> SimpleNamespace | str:
-    """The staging calls, or what is missing (one line)."""
-    lib = _llama()
-    reason = mtp_support()  # the nextn calls, ctx_type and ctx_other: shared with MTP
-    if reason is not None:
-        return reason.replace("MTP heads", "EAGLE-3 heads")
-    from llama_cpp import llama_cpp as bindings
-
-    shared = bindings._lib  # the loaded libllama
-    missing = [name for name, symbol in _STAGING if not hasattr(shared, symbol)]
-    if missing:
-        return (
-            f"this llama-cpp-python ({lib.__version__}) cannot run EAGLE-3 heads "
-            f"(its llama.cpp lacks {', '.join(missing)})"
-        )
-    ctx, model = lib.llama_context_p_ctypes, lib.llama_model_p_ctypes
-    f32 = ctypes.POINTER(ctypes.c_float)
-    signatures = {
-        "set_layer_inp": ([ctx, ctypes.c_uint32, ctypes.c_bool], None),
-        "get_layer_inp": ([ctx, ctypes.c_uint32], f32),
-        "target_layer_ids": ([model], ctypes.POINTER(ctypes.c_int32)),
-        "target_layer_ids_n": ([model], ctypes.c_uint32),
-    }
-    calls = {}
-    for name, symbol in _STAGING:
-        function = getattr(shared, symbol)
-        function.argtypes, function.restype = signatures[name]
-        calls[name] = function
-    from llama_cpp import llama_cpp_ext
-
-    return SimpleNamespace(**calls, ext=llama_cpp_ext)
 
 
 def eagle3_support() -> str | None:
     """None when this llama-cpp-python can run EAGLE-3 heads, else what it lacks (one line)."""
-    bound = _bind()
+    bound = staging_calls(_HEADS)
     return bound if isinstance(bound, str) else None
-
-
-def _meta(lib, model, key: str) -> str | None:
-    buffer = ctypes.create_string_buffer(256)
-    if lib.llama_model_meta_val_str(model, key.encode(), buffer, len(buffer)) < 0:
-        return None
-    return buffer.value.decode(errors="replace")
 
 
 def pairing_problem(
@@ -113,10 +65,10 @@ def pairing_problem(
         return f"{head_name} names {len(layer_ids)} target layers; EAGLE-3 reads 3"
     if hidden_size is not None and hidden_size != target_embd:
         return f"{head_name} drafts for a model {hidden_size} wide; {target_name} is {target_embd}"
-    beyond = [i for i in layer_ids if not 0 <= i < target_layers]
-    if beyond:
+    beyond = layers_beyond(layer_ids, target_layers)
+    if beyond is not None:
         return (
-            f"{head_name} reads layer {beyond[0]} of its target; {target_name} has "
+            f"{head_name} reads layer {beyond} of its target; {target_name} has "
             f"{target_layers} layers"
         )
     if head_vocab != target_vocab:
@@ -139,7 +91,7 @@ class Eagle3Head(EvaluatedTokens):
     def __init__(
         self, target: LlamaBackend, path: str | Path, *, n_gpu_layers: int = 0, n_batch: int = 512
     ) -> None:
-        bound = _bind()
+        bound = staging_calls(_HEADS)
         if isinstance(bound, str):
             raise UsageError(bound, hint="--drafter ngram or model; upgrade llama-cpp-python")
         lib = _llama()
@@ -164,11 +116,9 @@ class Eagle3Head(EvaluatedTokens):
 
     def _check_pairing(self) -> None:
         lib, calls, model, target = self._lib, self._calls, self._model, self.target
-        arch = _meta(lib, model, "general.architecture")
-        n_ids = calls.target_layer_ids_n(model) if arch == ARCHITECTURE else 0
-        pointer = calls.target_layer_ids(model) if n_ids else None
-        self.layer_ids = [int(pointer[i]) for i in range(n_ids)] if pointer else []
-        hidden = _meta(lib, model, f"{ARCHITECTURE}.target_hidden_size")
+        arch = model_meta(model, "general.architecture")
+        self.layer_ids = target_layer_ids(calls, model) if arch == ARCHITECTURE else []
+        hidden = model_meta(model, f"{ARCHITECTURE}.target_hidden_size")
         target_model = target._model
         problem = pairing_problem(
             self.path.name,
@@ -202,14 +152,12 @@ class Eagle3Head(EvaluatedTokens):
         self.n_embd = lib.llama_model_n_embd(self._model)
         self.n_embd_target = lib.llama_model_n_embd(target._model)
         self.n_vocab = target.n_vocab
-        width = _N_TARGET_LAYERS * self.n_embd_target
         # The target writes its layers' inputs for every batch token; the head its pre-norm row
         # for its outputs (and g for every encoded row).
-        for layer in self.layer_ids:
-            self._calls.set_layer_inp(target._ctx, layer, True)
+        self.inputs = LayerInputs(target, self.layer_ids, self._calls)
+        self.features = self.inputs.rows
+        width = self.inputs.width
         self._ext.llama_set_embeddings_nextn(self._ctx, True, True)
-        self.features = HiddenRows(width)
-        target.on_decoded = self._keep_target_rows
         self._encode_batch = lib.llama_batch_init(self.n_batch, width, 1)
         self._batch = lib.llama_batch_init(self.n_batch, self.n_embd, 1)
         self._token_ids = (lib.llama_token * self.n_batch)()
@@ -218,9 +166,7 @@ class Eagle3Head(EvaluatedTokens):
     def close(self) -> None:
         if getattr(self, "_ctx", None):
             lib = self._lib
-            self.target.on_decoded = None
-            for layer in self.layer_ids:
-                self._calls.set_layer_inp(self.target._ctx, layer, False)
+            self.inputs.close()
             self._batch.token = None  # ours, not llama_batch_init's: it must not free it
             lib.llama_batch_free(self._batch)
             lib.llama_batch_free(self._encode_batch)
@@ -230,14 +176,6 @@ class Eagle3Head(EvaluatedTokens):
 
     def __del__(self) -> None:
         self.close()
-
-    def _keep_target_rows(self, start: int, n_tokens: int) -> None:
-        n = self.n_embd_target
-        rows = np.empty((n_tokens, _N_TARGET_LAYERS * n), dtype=np.float32)
-        for k, layer in enumerate(self.layer_ids):
-            pointer = self._calls.get_layer_inp(self.target._ctx, layer)
-            rows[:, k * n : (k + 1) * n] = np.ctypeslib.as_array(pointer, shape=(n_tokens, n))
-        self.features.write(start, rows)
 
     # -- drafting ---------------------------------------------------------------------------
 

@@ -92,8 +92,9 @@ class GgufHeader:
 
     @property
     def head_kind(self) -> str | None:
-        """The drafter a draft-head file needs ("eagle3"), None for a model that runs alone."""
-        return "eagle3" if self.architecture == "eagle3" else None
+        """The drafter a draft-head file needs ("eagle3", "dflash"), None for a model that runs
+        alone."""
+        return self.architecture if self.architecture in ("eagle3", "dflash") else None
 
     @property
     def quant(self) -> str | None:
