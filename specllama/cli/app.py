@@ -66,6 +66,7 @@ from specllama.engine.speculative import check_prompt_fits
 from specllama.errors import UsageError
 from specllama.llama import amx
 from specllama.llama.backend import build_facts
+from specllama.llama.dflash import dflash_support
 from specllama.llama.eagle3 import eagle3_support
 from specllama.llama.mtp import mtp_support
 from specllama.llama.rpc import DEFAULT_PORT, check_workers
@@ -348,13 +349,14 @@ def doctor(json_out: JsonOut = False) -> None:
     calibrations = calibration.cached_calibrations()
     mtp = local_cmd.models_with_mtp()  # local models with their own draft head
     mtp_missing = mtp_support()  # what this llama-cpp-python lacks to run them (None: nothing)
-    eagle3_missing = eagle3_support()
+    # ... and to run the heads that come in their own file
+    heads_missing = {"eagle3": eagle3_support(), "dflash": dflash_support()}
     if json_out:
         extra = {"calibrations": calibrations, "mtp_models": mtp, "mtp_missing": mtp_missing}
-        extra["eagle3_missing"] = eagle3_missing
+        extra.update({f"{kind}_missing": missing for kind, missing in heads_missing.items()})
         print(json.dumps({**report.as_json(), **extra}, indent=2))
     else:
-        table = catalog_view.doctor_table(report, calibrations, mtp, mtp_missing, eagle3_missing)
+        table = catalog_view.doctor_table(report, calibrations, mtp, mtp_missing, heads_missing)
         catalog_view.show(table)
 
 

@@ -146,12 +146,15 @@ def _mtp_row(refs: list[str]) -> tuple[str, str]:
             "(--drafter mtp)")  # fmt: skip
 
 
+_HEAD_NAMES = {"eagle3": "EAGLE-3", "dflash": "DFlash"}
+
+
 def doctor_table(
     report: Doctor,
     calibrations: list[dict[str, object]] = (),
     mtp_models: list[str] | None = None,
     mtp_missing: str | None = None,
-    eagle3_missing: str | None = None,
+    heads_missing: dict[str, str | None] | None = None,
 ) -> Table:
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold")
@@ -197,7 +200,9 @@ def doctor_table(
     rows.append(("MTP heads (--drafter mtp)", escape(mtp_missing or "this build runs them")))
     if mtp_models is not None:  # None: the local stores could not be searched
         rows.append(_mtp_row(mtp_models))
-    rows.append(("EAGLE-3 heads (--draft HEAD)", escape(eagle3_missing or "this build runs them")))
+    for kind, missing in (heads_missing or {}).items():
+        label = f"{_HEAD_NAMES.get(kind, kind)} heads (--draft HEAD)"
+        rows.append((label, escape(missing or "this build runs them")))
     rows.extend(("note", note) for note in report.notes)
     for key, value in rows:
         table.add_row(key, value)

@@ -23,6 +23,7 @@ from specllama.cli import catalog_view, ui
 from specllama.cli.catalog_view import ProgressFor, download_progress
 from specllama.cli.local_cmd import auto_draft
 from specllama.engine.constraint import ConstraintSpec, Grammar
+from specllama.engine.control import HEADS
 from specllama.engine.drafters import NoDrafter
 from specllama.errors import ConstraintError, RpcError, SpecllamaError, UsageError
 from specllama.llama import amx, rpc
@@ -108,8 +109,8 @@ DrafterOpt = Annotated[
     str | None,
     typer.Option(
         "--drafter",
-        help="model, mtp (the target's own draft head), eagle3 (the head in --draft's file), "
-        "ngram, or none (the target alone). "
+        help="model, mtp (the target's own draft head), eagle3 or dflash (the head in --draft's "
+        "file), ngram, or none (the target alone). "
         "Default: a --draft named, else mtp where the target has it, else model if a draft.",
     ),
 ]
@@ -364,7 +365,7 @@ def engine_config(
         gpu_layers = -1 if workers else offload
     return EngineConfig(
         target=target_path,
-        draft=draft_path if drafter in ("model", "eagle3") else None,
+        draft=draft_path if drafter in ("model", *HEADS) else None,  # a head's file drafts too
         drafter=drafter,
         draft_max=draft_max,
         adaptive_draft_max=adaptive_draft_max,
@@ -479,11 +480,11 @@ Configs = Annotated[
     typer.Option(
         "--configs",
         help="Comma-separated: target, model:K, pipe:K (the draft model drafting the next "
-        "round while the target verifies), mtp:K (the target's own draft head), eagle3:K "
-        "(the head in --draft's file, by its kind), ngram:K, adaptive (target is implied). "
-        "Default, quick: adaptive and the fixed ones that matter here (the draft model or head "
-        "at the length this machine's costs favour, ngram:8); --full: model:2, model:4 "
-        "(mtp:2, mtp:4 or the head's eagle3:2, eagle3:4 without a draft model), ngram:8, "
+        "round while the target verifies), mtp:K (the target's own draft head), eagle3:K or "
+        "dflash:K (the head in --draft's file, by its kind), ngram:K, adaptive (target is "
+        "implied). Default, quick: adaptive and the fixed ones that matter here (the draft "
+        "model or head at the length this machine's costs favour, ngram:8); --full: model:2, "
+        "model:4 (mtp:2, mtp:4 or the head's eagle3:2, eagle3:4 without a draft model), ngram:8, "
         "adaptive.",
     ),
 ]

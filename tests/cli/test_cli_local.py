@@ -229,14 +229,20 @@ def test_doctor_says_what_a_build_lacks_for_mtp_heads(bare_machine, monkeypatch)
     assert "missing load_mtp" in " ".join(invoke("doctor").stdout.split())
 
 
-def test_doctor_says_whether_this_build_runs_eagle3_heads(bare_machine, monkeypatch):
+@pytest.mark.parametrize(("kind", "name"), [("eagle3", "EAGLE-3"), ("dflash", "DFlash")])
+def test_doctor_says_whether_this_build_runs_heads_of_each_kind(
+    bare_machine, monkeypatch, kind, name
+):
     from specllama.cli import app as app_module
 
-    assert json.loads(invoke("doctor", "--json").stdout)["eagle3_missing"] is None
-    missing = "this llama-cpp-python cannot run EAGLE-3 heads (missing target layer ids)"
-    monkeypatch.setattr(app_module, "eagle3_support", lambda: missing)
-    assert json.loads(invoke("doctor", "--json").stdout)["eagle3_missing"] == missing
-    assert "EAGLE-3 heads" in " ".join(invoke("doctor").stdout.split())
+    assert json.loads(invoke("doctor", "--json").stdout)[f"{kind}_missing"] is None
+    assert f"{name} heads (--draft HEAD) this build runs them" in " ".join(
+        invoke("doctor").stdout.split()
+    )
+    missing = f"this llama-cpp-python cannot run {name} heads (missing target layer ids)"
+    monkeypatch.setattr(app_module, f"{kind}_support", lambda: missing)
+    assert json.loads(invoke("doctor", "--json").stdout)[f"{kind}_missing"] == missing
+    assert "(missing target layer ids)" in " ".join(invoke("doctor").stdout.split())
 
 
 def test_a_head_in_a_folder_is_a_draft_for_its_target_and_measured_as_one(bare_machine, tmp_path):
