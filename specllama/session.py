@@ -87,6 +87,20 @@ def head_kind(draft: Path | None) -> str | None:
         return None  # loading it says what is wrong, in its own words
 
 
+def refuse_fork_head(draft: Path) -> None:
+    """A draft head written for a llama.cpp fork is one line, before anything loads."""
+    try:
+        header = gguf_info.read_header(draft)
+    except ModelLoadError:
+        return  # loading it says what is wrong, in its own words
+    if kind := header.fork_head:
+        raise UsageError(
+            f"{draft.name} is a {kind} head written for a llama.cpp fork (architecture "
+            f"{header.architecture}), which llama.cpp does not load",
+            hint="convert the drafter with llama.cpp's convert_hf_to_gguf.py --target-model-dir",
+        )
+
+
 def default_drafter(target: Path, draft: Path | None, *, draft_named: bool) -> str:
     """The drafter when none is asked for: a draft the user named (as the head it is, for a
     draft head's file); else the target's own MTP head where it has one and it runs here; else
@@ -147,6 +161,8 @@ class Engine:
                 f"{config.target.name} is a draft head, not a target",
                 hint=f"pass it as --draft (--drafter {kind}) beside the model it drafts for",
             )
+        if config.draft is not None:
+            refuse_fork_head(config.draft)
         # A first look at the workers, where a failure is an error and not llama.cpp's abort.
         self.workers: list[rpc.Worker] = []
         if config.rpc:

@@ -58,6 +58,11 @@ FILE_TYPES = {
 }  # fmt: skip
 
 
+# The architectures of draft heads that public GGUFs use for llama.cpp forks (buun-llama-cpp,
+# Lucebox), not llama.cpp's own `dflash` (convert_hf_to_gguf.py --target-model-dir writes that).
+_FORK_HEADS = {"dflash-draft": "dflash", "gemma4-dflash-draft": "dflash"}
+
+
 @dataclass(frozen=True)
 class GgufHeader:
     architecture: str | None
@@ -77,6 +82,9 @@ class GgufHeader:
     # key is absent. Qwen3.5/3.6, GLM, DeepSeek V3 files carry them beside the trunk (many
     # converters strip them); a Gemma 4 assistant file is nothing but them.
     n_nextn: int = 0
+    embedding_length: int | None = None  # {arch}.embedding_length: the width of its rows
+    # {arch}.target_hidden_size: a draft head's (EAGLE-3): the width of the target rows it reads
+    target_hidden_size: int | None = None
 
     @property
     def has_mtp(self) -> bool:
@@ -95,6 +103,12 @@ class GgufHeader:
         """The drafter a draft-head file needs ("eagle3", "dflash"), None for a model that runs
         alone."""
         return self.architecture if self.architecture in ("eagle3", "dflash") else None
+
+    @property
+    def fork_head(self) -> str | None:
+        """A draft head written for a llama.cpp fork, which llama.cpp does not load: the kind it
+        would be ("dflash"), None for anything else."""
+        return _FORK_HEADS.get(self.architecture or "")
 
     @property
     def quant(self) -> str | None:
@@ -332,6 +346,8 @@ class _HeaderParser:
             tokenizer=tokenizer,
             tokenizer_pre=_str(meta.get("tokenizer.ggml.pre")),
             n_nextn=_int(meta.get(f"{arch}.nextn_predict_layers"), 0) or 0,
+            embedding_length=_int(meta.get(f"{arch}.embedding_length")),
+            target_hidden_size=_int(meta.get(f"{arch}.target_hidden_size")),
         )
 
     def _vocab(self, tokenizer: str | None) -> VocabInfo | None:

@@ -53,18 +53,16 @@ class LocalModel:
         """The drafter a draft head in its own file needs ("eagle3", ...), None for a model."""
         return self.header.head_kind
 
-    # getattr: the header's widths (`embedding_length`, and a head's `target_hidden_size`) come
-    # with the GGUF reader that reads them; without them the width is unknown (None).
     @property
     def width(self) -> int | None:
         """The width of its rows ({arch}.embedding_length), None where unknown."""
-        return getattr(self.header, "embedding_length", None)
+        return self.header.embedding_length
 
     @property
     def reads_width(self) -> int | None:
         """A draft head's: the width of the target rows it reads (EAGLE-3 names it,
         `eagle3.target_hidden_size`; a DFlash head's rows are its target's own width)."""
-        return getattr(self.header, "target_hidden_size", None) or self.width
+        return self.header.target_hidden_size or self.width
 
     @property
     def family(self) -> str | None:

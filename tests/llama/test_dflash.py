@@ -94,3 +94,18 @@ def test_run_with_a_head_for_another_target_is_one_line(tmp_path):
     lines = [line for line in result.stderr.strip().splitlines() if line.startswith("error:")]
     assert len(lines) == 1 and "reads layer 9 of its target" in lines[0], result.stderr
     assert "Traceback" not in result.output
+
+
+def test_a_head_written_for_a_llama_cpp_fork_is_one_line(tmp_path):
+    """Public DFlash GGUFs made for forks (architecture dflash-draft) do not load in llama.cpp:
+    said before the target loads, with how to make one that does."""
+    from gguf_fakes import vocab, write_gguf
+
+    from specllama.session import Engine, EngineConfig
+
+    fork = write_gguf(tmp_path / "dflash-draft-q4_k_m.gguf", vocab(300), arch="dflash-draft")
+    config = EngineConfig(target=tmp_path / "missing-target.gguf", draft=fork, drafter="model")
+    with pytest.raises(UsageError) as caught:
+        Engine(config)
+    assert "written for a llama.cpp fork (architecture dflash-draft)" in str(caught.value)
+    assert "convert_hf_to_gguf.py" in caught.value.hint

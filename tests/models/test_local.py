@@ -4,14 +4,12 @@ by the vocabulary rule and paired; damaged files are lines, never failures."""
 from __future__ import annotations
 
 import os
-from dataclasses import fields
 
 import head_models
 import pytest
 from gguf_fakes import vocab, write_gguf
 from store_fakes import place
 
-from specllama.llama.gguf_info import GgufHeader
 from specllama.models import local, local_dirs
 from specllama.models.hardware import FIT_CPU, Machine
 from specllama.models.header_cache import HeaderCache
@@ -165,9 +163,6 @@ def test_a_file_that_cannot_be_read_now_is_a_line_and_is_not_remembered(
 
 # -- draft heads in their own file ------------------------------------------------------------
 
-# Whether the header reader gives the widths a head's pairing checks (rows read, rows made).
-READS_WIDTHS = {"embedding_length", "target_hidden_size"} <= {f.name for f in fields(GgufHeader)}
-
 
 def head_folder(tmp_path, *extra):
     """The tiny synthetic target and its EAGLE-3 head under a name once skipped, and `extra`
@@ -211,7 +206,6 @@ def test_a_head_does_not_draft_for_a_model_of_another_vocabulary(bare_machine, t
     assert names(pairs) == [("target.gguf", "eagle3-tiny.gguf")]
 
 
-@pytest.mark.skipif(not READS_WIDTHS, reason="the GGUF header reader gives no widths yet")
 def test_a_head_drafts_only_for_models_as_wide_as_the_rows_it_reads(
     bare_machine, tmp_path, smol_q4
 ):
