@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# One device call (issue 34): specllama's EAGLE-3 drafting against llama.cpp's draft-eagle3 on the
-# same files, greedy: a Llama-3.1-8B-shaped F16 synthetic llama target and an EAGLE-3 head right
-# on a fraction a = 0.8 of the tokens (tests/head_models.py; research/eagle3.py says what runs).
+# One device call (issue 34): specllama's drafting with a head in its own file against llama.cpp's
+# draft-eagle3 / draft-dflash on the same files, greedy: a Llama-3.1-8B-shaped F16 synthetic llama
+# target and an EAGLE-3 head (KIND=eagle3, the default) or a DFlash head (KIND=dflash: a block of
+# up to 15 tokens in one decode, LAYERS decoder layers) right on a fraction a = 0.8 of the tokens
+# (tests/head_models.py; research/eagle3.py says what runs).
 #
 #   bash research/gpu/eagle3.sh        on the GPU machine: builds llama.cpp with CUDA (a rerun on a
 #                                   warm machine reuses the build and the models), writes the
@@ -11,8 +13,9 @@
 #                                   build of llama.cpp ($LLAMA_BIN, default /tmp/llama-build/bin)
 #
 # Needs .gpu/ prepared by research/gpu/prepare.sh (carry it). Writes steps.log, the build's logs,
-# eagle3.json and measure.log under $OUT. Environment: KS ("3 5"; the dry run "3"), TOKENS (256;
-# 32), REPEATS (2; 1), ACCEPT (0.8).
+# KIND.json and measure.log under $OUT. Environment: KIND (eagle3 or dflash), KS ("3 5"; dflash
+# "4 8 15"; the dry run "3"), TOKENS (256; 32), REPEATS (2; 1), ACCEPT (0.8), LAYERS (a DFlash
+# head's: 5; the dry run 1).
 set -euo pipefail
 CPU=0
 [ "${1:-}" = --cpu ] && CPU=1
@@ -26,14 +29,18 @@ WRITING=
 trap 'if [ -n "$WRITING" ]; then kill "$WRITING" 2>/dev/null || true; fi' EXIT
 [ -f .gpu/llama.cpp.tgz ] && [ -f .gpu/qwen-vocab.gguf ] || fail "no .gpu/: run research/gpu/prepare.sh"
 ACCEPT=${ACCEPT:-0.8}
+KIND=${KIND:-eagle3}
+case "$KIND" in eagle3) GPU_KS="3 5" ;; dflash) GPU_KS="4 8 15" ;; *) fail "KIND=$KIND: eagle3 or dflash" ;; esac
 
 if [ "$CPU" = 1 ]; then
   WORK=/tmp/specllama-eagle3-dry SIZE=tiny KS=${KS:-3} TOKENS=${TOKENS:-32} REPEATS=${REPEATS:-1}
+  LAYERS=${LAYERS:-1}
   MODELS=$WORK/models LLAMA_BIN=${LLAMA_BIN:-/tmp/llama-build/bin} GPU=()
   mkdir -p "$WORK"
   export PYTHONPATH="$REPO:${PYTHONPATH:-}"
 else
-  WORK=/tmp/specllama-gpu-eagle3 SIZE=8b KS=${KS:-3 5} TOKENS=${TOKENS:-256} REPEATS=${REPEATS:-2}
+  WORK=/tmp/specllama-gpu-eagle3 SIZE=8b KS=${KS:-$GPU_KS} TOKENS=${TOKENS:-256} REPEATS=${REPEATS:-2}
+  LAYERS=${LAYERS:-5}
   LLAMA_BIN=$WORK/build/bin GPU=(--gpu)
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
   MODELS=/dev/shm/specllama-eagle3  # 17 GB: in memory when /dev/shm has room
@@ -48,8 +55,8 @@ else
   else
     # numpy and gguf only (llama_cpp is not built yet): write the pair during the build.
     log "writing the $SIZE pair into $MODELS, in the background"
-    PYTHONPATH="$SITE" python3 research/make_heads.py "$MODELS" --kind eagle3 --accept "$ACCEPT" \
-      --size "$SIZE" --vocab .gpu/qwen-vocab.gguf > "$OUT/models.log" 2>&1 &
+    PYTHONPATH="$SITE" python3 research/make_heads.py "$MODELS" --kind "$KIND" --accept "$ACCEPT" \
+      --size "$SIZE" --layers "$LAYERS" --vocab .gpu/qwen-vocab.gguf > "$OUT/models.log" 2>&1 &
     WRITING=$!
     rm -rf "$WORK/llama.cpp" "$WORK/build" "$WORK/built"
     tar xzf .gpu/llama.cpp.tgz -C "$WORK"
@@ -78,13 +85,14 @@ fi
 [ -x "$LLAMA_BIN/llama-speculative-simple" ] || fail "no $LLAMA_BIN/llama-speculative-simple"
 export PYTHONUNBUFFERED=1
 
-log "measure: $SIZE, a = $ACCEPT, k in $KS, $TOKENS tokens, $REPEATS rounds"
+log "measure: $KIND, $SIZE, a = $ACCEPT, k in $KS, $TOKENS tokens, $REPEATS rounds"
 # llama_cpp before numpy: the other order segfaults in model loading on the GPU image (GPU.md).
 RC=0
 python3 -X faulthandler -c "import llama_cpp, runpy, sys; sys.argv = sys.argv[1:]; \
-  runpy.run_path(sys.argv[0], run_name='__main__')" research/eagle3.py --size "$SIZE" \
-  --accept "$ACCEPT" --ks $KS -n "$TOKENS" --repeats "$REPEATS" --vocab .gpu/qwen-vocab.gguf \
-  --models "$MODELS" --llama-bin "$LLAMA_BIN" --json "$OUT/eagle3.json" "${GPU[@]}" \
+  runpy.run_path(sys.argv[0], run_name='__main__')" research/eagle3.py --kind "$KIND" \
+  --layers "$LAYERS" --size "$SIZE" --accept "$ACCEPT" --ks $KS -n "$TOKENS" --repeats "$REPEATS" \
+  --vocab .gpu/qwen-vocab.gguf --models "$MODELS" --llama-bin "$LLAMA_BIN" \
+  --json "$OUT/$KIND.json" "${GPU[@]}" \
   > "$OUT/measure.log" 2>&1 || RC=$?
 tail -12 "$OUT/measure.log"
 [ "$RC" = 0 ] || log "FAILED: measure exited $RC"
