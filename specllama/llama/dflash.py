@@ -2,7 +2,7 @@
 whole block of tokens in one decode, from the target's hidden states.
 
 The head names some of the target's layers (`dflash.target_layers`); their inputs, side by side,
-are the target's features of a position (`specllama.llama.target_rows`). The head's cache holds,
+are the target's features of a position (`specllama.llama.head_file`). The head's cache holds,
 at every position the target has verified, what its encoder makes of those features: a decode
 of feature rows (an embedding batch) writes them there. A draft is one decode of the block
 [last token, mask, ..., mask] at the positions after them, with attention that is not causal:
@@ -18,19 +18,12 @@ from __future__ import annotations
 import ctypes
 import time
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 
-from specllama.errors import ModelLoadError, SpecllamaError, UsageError
-from specllama.llama.backend import EvaluatedTokens, LlamaBackend, _llama, fill_batch
-from specllama.llama.target_rows import (
-    LayerInputs,
-    layers_beyond,
-    model_meta,
-    staging_calls,
-    target_layer_ids,
-)
+from specllama.errors import SpecllamaError
+from specllama.llama.backend import fill_batch
+from specllama.llama.head_file import HeadFile, layers_beyond, model_meta, staging_calls
 
 ARCHITECTURE = "dflash"
 _HEADS = "DFlash heads"
@@ -92,45 +85,24 @@ def _variant(model) -> str | None:
     return None
 
 
-class DFlashHead(EvaluatedTokens):
-    """A DFlash head for `target`, in its own context (own KV cache, sequence 0).
-
-    `self.tokens[p]` is the token at position p, whose target features the cache holds there.
-    """
+class DFlashHead(HeadFile):
+    """A DFlash head for `target`: `self.tokens[p]` is the token at position p, whose target
+    features the cache holds there."""
 
     kind = "dflash"
+    heads = _HEADS
 
-    def __init__(
-        self, target: LlamaBackend, path: str | Path, *, n_gpu_layers: int = 0, n_batch: int = 512
-    ) -> None:
-        bound = staging_calls(_HEADS)
-        if isinstance(bound, str):
-            raise UsageError(bound, hint="--drafter ngram or model; upgrade llama-cpp-python")
-        lib = _llama()
-        self._lib, self._calls, self.target = lib, bound, target
-        self.path = Path(path)
-        model_params = lib.llama_model_default_params()
-        model_params.n_gpu_layers = n_gpu_layers
-        self._model = lib.llama_model_load_from_file(str(self.path).encode(), model_params)
-        if not self._model:
-            raise ModelLoadError(f"llama.cpp could not load the draft head {self.path}")
-        self._ctx = None
-        try:
-            self._check_pairing()
-            self._make_context(n_batch)
-        except SpecllamaError:
-            lib.llama_model_free(self._model)
-            raise
-        self.tokens: list[int] = []
-        self.n_decoded = 0  # block tokens and feature rows evaluated over the lifetime
-        self.decode_seconds = 0.0
-
-    def _check_pairing(self) -> None:
+    def _pairing_problem(self) -> str | None:
         lib, model, target = self._lib, self._model, self.target
         arch = model_meta(model, "general.architecture")
-        self.layer_ids = target_layer_ids(self._calls, model) if arch == ARCHITECTURE else []
+        self.layer_ids = self._target_layer_ids(ARCHITECTURE)
         self.mask_token = lib.llama_vocab_mask(lib.llama_model_get_vocab(model))
-        problem = pairing_problem(
+        block = model_meta(model, f"{ARCHITECTURE}.block_size")
+        self.block_size = int(block) if block and block.isdigit() else _DEFAULT_BLOCK
+        self.n_batch_min = self.block_size
+        # The anchor takes the block's first place: the masks guess the rest.
+        self.max_draft = self.block_size - 1
+        return pairing_problem(
             self.path.name,
             target.path.name,
             architecture=arch,
@@ -143,47 +115,16 @@ class DFlashHead(EvaluatedTokens):
             target_embd=lib.llama_model_n_embd(target._model),
             target_vocab=target.n_vocab,
         )
-        if problem is not None:
-            raise UsageError(problem, hint="pass the head made for this target with --draft")
-        block = model_meta(model, f"{ARCHITECTURE}.block_size")
-        self.block_size = int(block) if block and block.isdigit() else _DEFAULT_BLOCK
-        # The anchor takes the block's first place: the masks guess the rest.
-        self.max_draft = self.block_size - 1
 
-    def _make_context(self, n_batch: int) -> None:
-        lib, target = self._lib, self.target
-        params = lib.llama_context_default_params()
-        params.n_ctx = target.n_ctx
-        params.n_batch = params.n_ubatch = max(n_batch, self.block_size)
-        params.n_threads = params.n_threads_batch = target.n_threads
-        params.ctx_other = target._ctx  # the target's token embeddings and head, if shared
-        if target.exact:  # as the target: F32 cache, no flash attention
-            params.type_k = params.type_v = lib.GGML_TYPE_F32
-            params.flash_attn_type = lib.LLAMA_FLASH_ATTN_TYPE_DISABLED
-        self._ctx = lib.llama_init_from_model(self._model, params)
-        if not self._ctx:
-            raise ModelLoadError(f"llama.cpp could not create a context for {self.path}")
+    def _make_batches(self) -> None:
+        lib = self._lib
         causal = model_meta(self._model, f"{ARCHITECTURE}.attention.causal") == "true"
         lib.llama_set_causal_attn(self._ctx, causal)  # a block's masks see each other
-        self._memory = lib.llama_get_memory(self._ctx)
-        self.n_batch = min(lib.llama_n_batch(self._ctx), lib.llama_n_ubatch(self._ctx))
-        self.n_vocab = target.n_vocab
-        self.inputs = LayerInputs(target, self.layer_ids, self._calls)
         self._feature_batch = lib.llama_batch_init(self.n_batch, self.inputs.width, 1)
         self._block_batch = lib.llama_batch_init(self.n_batch, 0, 1)
 
-    def close(self) -> None:
-        if getattr(self, "_ctx", None):
-            lib = self._lib
-            self.inputs.close()
-            lib.llama_batch_free(self._feature_batch)
-            lib.llama_batch_free(self._block_batch)
-            lib.llama_free(self._ctx)
-            lib.llama_model_free(self._model)
-            self._ctx = None
-
-    def __del__(self) -> None:
-        self.close()
+    def _batches(self) -> list:
+        return [self._feature_batch, self._block_batch]
 
     # -- drafting ---------------------------------------------------------------------------
 
@@ -237,13 +178,6 @@ class DFlashHead(EvaluatedTokens):
         self.n_decoded += n
         self.tokens.extend(tokens)
 
-    def check_fits(self, n_tokens: int) -> None:
-        self.target.check_fits(n_tokens)
-
-    @property
-    def n_ctx(self) -> int:
-        return self.target.n_ctx
-
     def decode(
         self, tokens: Sequence[int], logits_at: Sequence[int] = (), *, copy: bool = True
     ) -> np.ndarray:
@@ -254,6 +188,3 @@ class DFlashHead(EvaluatedTokens):
             return self.guess_block(tokens[0], 1).copy()
         self._write_features(tokens, np.zeros((len(tokens), self.inputs.width), np.float32))
         return np.zeros((len(logits_at), self.n_vocab), dtype=np.float32)
-
-    def _forget(self, n_past: int) -> None:
-        self._lib.llama_memory_seq_rm(self._memory, 0, n_past, -1)

@@ -3,7 +3,7 @@ from the target's hidden states, run in a second llama.cpp context beside the ta
 
 The head names three target layers (`eagle3.target_layers`). The target's context writes the
 input of each of them for every token it evaluates, kept by position, the three rows side by side
-(`specllama.llama.target_rows`). The head's encoder (`fc`, run by
+(`specllama.llama.head_file`). The head's encoder (`fc`, run by
 `llama_encode`) fuses the three rows of position p into one row g[p]; its decoder at position p
 reads the pair (token x[p+1], g[p]) and predicts x[p+2]. So the head's cache at position j
 holds the token at j+1: `self.tokens` is the text shifted by one. Drafting on from its own
@@ -19,19 +19,12 @@ from __future__ import annotations
 import ctypes
 import time
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 
-from specllama.errors import ModelLoadError, SpecllamaError, UsageError
-from specllama.llama.backend import EvaluatedTokens, LlamaBackend, _llama, fill_batch
-from specllama.llama.target_rows import (
-    LayerInputs,
-    layers_beyond,
-    model_meta,
-    staging_calls,
-    target_layer_ids,
-)
+from specllama.errors import SpecllamaError
+from specllama.llama.backend import fill_batch
+from specllama.llama.head_file import HeadFile, layers_beyond, model_meta, staging_calls
 
 ARCHITECTURE = "eagle3"
 _HEADS = "EAGLE-3 heads"
@@ -78,8 +71,8 @@ def pairing_problem(
     return None
 
 
-class Eagle3Head(EvaluatedTokens):
-    """An EAGLE-3 head for `target`, in its own context (own KV cache, sequence 0).
+class Eagle3Head(HeadFile):
+    """An EAGLE-3 head for `target`.
 
     `self.tokens[j]` is the token at position j+1 of the text, paired with the fused target
     row of position j. The first `self.n_exact` were paired with the target's rows; drafting
@@ -87,95 +80,39 @@ class Eagle3Head(EvaluatedTokens):
     """
 
     kind = "eagle3"
+    heads = _HEADS
+    n_exact = 0
 
-    def __init__(
-        self, target: LlamaBackend, path: str | Path, *, n_gpu_layers: int = 0, n_batch: int = 512
-    ) -> None:
-        bound = staging_calls(_HEADS)
-        if isinstance(bound, str):
-            raise UsageError(bound, hint="--drafter ngram or model; upgrade llama-cpp-python")
-        lib = _llama()
-        self._lib, self._calls, self._ext, self.target = lib, bound, bound.ext, target
-        self.path = Path(path)
-        model_params = lib.llama_model_default_params()
-        model_params.n_gpu_layers = n_gpu_layers
-        self._model = lib.llama_model_load_from_file(str(self.path).encode(), model_params)
-        if not self._model:
-            raise ModelLoadError(f"llama.cpp could not load the draft head {self.path}")
-        self._ctx = None
-        try:
-            self._check_pairing()
-            self._make_context(n_batch)
-        except SpecllamaError:
-            lib.llama_model_free(self._model)
-            raise
-        self.tokens: list[int] = []
-        self.n_exact = 0
-        self.n_decoded = 0  # pairs evaluated over the lifetime (reuse shows up here)
-        self.decode_seconds = 0.0
-
-    def _check_pairing(self) -> None:
-        lib, calls, model, target = self._lib, self._calls, self._model, self.target
-        arch = model_meta(model, "general.architecture")
-        self.layer_ids = target_layer_ids(calls, model) if arch == ARCHITECTURE else []
+    def _pairing_problem(self) -> str | None:
+        lib, model, target = self._lib, self._model, self.target
+        self.layer_ids = self._target_layer_ids(ARCHITECTURE)
         hidden = model_meta(model, f"{ARCHITECTURE}.target_hidden_size")
-        target_model = target._model
-        problem = pairing_problem(
+        return pairing_problem(
             self.path.name,
             target.path.name,
-            architecture=arch,
+            architecture=model_meta(model, "general.architecture"),
             layer_ids=self.layer_ids,
             hidden_size=int(hidden) if hidden and hidden.isdigit() else None,
             head_vocab=lib.llama_vocab_n_tokens(lib.llama_model_get_vocab(model)),
-            target_layers=lib.llama_model_n_layer(target_model),
-            target_embd=lib.llama_model_n_embd(target_model),
+            target_layers=lib.llama_model_n_layer(target._model),
+            target_embd=lib.llama_model_n_embd(target._model),
             target_vocab=target.n_vocab,
         )
-        if problem is not None:
-            raise UsageError(problem, hint="pass the head made for this target with --draft")
 
-    def _make_context(self, n_batch: int) -> None:
-        lib, target = self._lib, self.target
-        params = lib.llama_context_default_params()
-        params.n_ctx = target.n_ctx
-        params.n_batch = params.n_ubatch = n_batch
-        params.n_threads = params.n_threads_batch = target.n_threads
-        params.ctx_other = target._ctx  # the target's token embeddings (and head, if shared)
-        if target.exact:  # as the target: F32 cache, no flash attention
-            params.type_k = params.type_v = lib.GGML_TYPE_F32
-            params.flash_attn_type = lib.LLAMA_FLASH_ATTN_TYPE_DISABLED
-        self._ctx = lib.llama_init_from_model(self._model, params)
-        if not self._ctx:
-            raise ModelLoadError(f"llama.cpp could not create a context for {self.path}")
-        self._memory = lib.llama_get_memory(self._ctx)
-        self.n_batch = min(lib.llama_n_batch(self._ctx), lib.llama_n_ubatch(self._ctx))
-        self.n_embd = lib.llama_model_n_embd(self._model)
-        self.n_embd_target = lib.llama_model_n_embd(target._model)
-        self.n_vocab = target.n_vocab
+    def _make_batches(self) -> None:
+        lib = self._lib
         # The target writes its layers' inputs for every batch token; the head its pre-norm row
         # for its outputs (and g for every encoded row).
-        self.inputs = LayerInputs(target, self.layer_ids, self._calls)
         self.features = self.inputs.rows
-        width = self.inputs.width
         self._ext.llama_set_embeddings_nextn(self._ctx, True, True)
-        self._encode_batch = lib.llama_batch_init(self.n_batch, width, 1)
+        self._encode_batch = lib.llama_batch_init(self.n_batch, self.inputs.width, 1)
         self._batch = lib.llama_batch_init(self.n_batch, self.n_embd, 1)
         self._token_ids = (lib.llama_token * self.n_batch)()
         self._batch.token = self._token_ids  # a batch entry carries a token and a row
 
-    def close(self) -> None:
-        if getattr(self, "_ctx", None):
-            lib = self._lib
-            self.inputs.close()
-            self._batch.token = None  # ours, not llama_batch_init's: it must not free it
-            lib.llama_batch_free(self._batch)
-            lib.llama_batch_free(self._encode_batch)
-            lib.llama_free(self._ctx)
-            lib.llama_model_free(self._model)
-            self._ctx = None
-
-    def __del__(self) -> None:
-        self.close()
+    def _batches(self) -> list:
+        self._batch.token = None  # ours, not llama_batch_init's: it must not free it
+        return [self._batch, self._encode_batch]
 
     # -- drafting ---------------------------------------------------------------------------
 
@@ -262,13 +199,6 @@ class Eagle3Head(EvaluatedTokens):
         self.decode_seconds += time.perf_counter() - started
         return logits, row
 
-    def check_fits(self, n_tokens: int) -> None:
-        self.target.check_fits(n_tokens)
-
-    @property
-    def n_ctx(self) -> int:
-        return self.target.n_ctx
-
     def decode(
         self, tokens: Sequence[int], logits_at: Sequence[int] = (), *, copy: bool = True
     ) -> np.ndarray:
@@ -284,5 +214,5 @@ class Eagle3Head(EvaluatedTokens):
         return out[0][None, :]
 
     def _forget(self, n_past: int) -> None:
-        self._lib.llama_memory_seq_rm(self._memory, 0, n_past, -1)
+        super()._forget(n_past)
         self.n_exact = min(self.n_exact, n_past)
