@@ -15,7 +15,6 @@ verify batch, rejected drafts included, and drops them later; this injects what 
 
 from __future__ import annotations
 
-import ctypes
 import time
 from collections.abc import Sequence
 
@@ -23,7 +22,13 @@ import numpy as np
 
 from specllama.errors import SpecllamaError
 from specllama.llama.backend import fill_batch
-from specllama.llama.head_file import HeadFile, layers_beyond, model_meta, staging_calls
+from specllama.llama.head_file import (
+    HeadFile,
+    fill_rows,
+    layers_beyond,
+    model_meta,
+    staging_calls,
+)
 
 ARCHITECTURE = "dflash"
 _HEADS = "DFlash heads"
@@ -162,14 +167,7 @@ class DFlashHead(HeadFile):
 
     def _write_features(self, tokens: Sequence[int], rows: np.ndarray) -> None:
         lib, batch, n = self._lib, self._feature_batch, len(tokens)
-        for i in range(n):
-            batch.pos[i] = self.n_past + i
-            batch.n_seq_id[i] = 1
-            batch.seq_id[i][0] = 0
-            batch.logits[i] = False
-        batch.n_tokens = n
-        rows = np.ascontiguousarray(rows, dtype=np.float32)
-        ctypes.memmove(batch.embd, rows.ctypes.data, rows.nbytes)
+        fill_rows(batch, rows, self.n_past, outputs=False)
         started = time.perf_counter()
         status = lib.llama_decode(self._ctx, batch)
         if status != 0:

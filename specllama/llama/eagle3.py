@@ -24,7 +24,13 @@ import numpy as np
 
 from specllama.errors import SpecllamaError
 from specllama.llama.backend import fill_batch
-from specllama.llama.head_file import HeadFile, layers_beyond, model_meta, staging_calls
+from specllama.llama.head_file import (
+    HeadFile,
+    fill_rows,
+    layers_beyond,
+    model_meta,
+    staging_calls,
+)
 
 ARCHITECTURE = "eagle3"
 _HEADS = "EAGLE-3 heads"
@@ -150,14 +156,7 @@ class Eagle3Head(HeadFile):
         """The head's fusion of the target's rows: one row g per position (a copy)."""
         lib, batch, n = self._lib, self._encode_batch, len(features)
         # The encoder uses no positions, but llama.cpp checks that they go on from its cache's.
-        for i in range(n):
-            batch.pos[i] = self.n_past + i
-            batch.n_seq_id[i] = 1
-            batch.seq_id[i][0] = 0
-            batch.logits[i] = True
-        batch.n_tokens = n
-        features = np.ascontiguousarray(features, dtype=np.float32)
-        ctypes.memmove(batch.embd, features.ctypes.data, features.nbytes)
+        fill_rows(batch, features, self.n_past, outputs=True)
         started = time.perf_counter()
         status = lib.llama_encode(self._ctx, batch)
         if status != 0:

@@ -115,6 +115,19 @@ class LayerInputs:
             self._calls.set_layer_inp(self.target._ctx, layer, False)
 
 
+def fill_rows(batch, rows: np.ndarray, first_pos: int, *, outputs: bool) -> None:
+    """Put `rows` in an embedding llama_batch at positions from `first_pos`, sequence 0, every
+    row output or none."""
+    for i in range(len(rows)):
+        batch.pos[i] = first_pos + i
+        batch.n_seq_id[i] = 1
+        batch.seq_id[i][0] = 0
+        batch.logits[i] = outputs
+    batch.n_tokens = len(rows)
+    rows = np.ascontiguousarray(rows, dtype=np.float32)
+    ctypes.memmove(batch.embd, rows.ctypes.data, rows.nbytes)
+
+
 class HeadFile(EvaluatedTokens):
     """A draft head for `target` from its own file, in its own context (own KV cache, sequence
     0), fed the target's rows at the layers it names (`self.inputs`).
