@@ -10,6 +10,8 @@ const DRAFTERS = {
   auto: "auto (the server's choice)",
   model: "draft model",
   mtp: "the model's own head (MTP)",
+  eagle3: "the EAGLE-3 head (its own file)",
+  dflash: "the DFlash head (its own file)",
   ngram: "n-gram lookup",
   none: "none: the target alone",
 };

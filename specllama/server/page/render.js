@@ -8,7 +8,7 @@ export const ORIGINS = {
   target: "target",
   model: "draft model",
   ngram: "n-gram",
-  mtp: "MTP head",
+  mtp: "draft head", // the model's own (MTP), or one in its own file (EAGLE-3, DFlash)
   grammar: "forced by the output rule",
 };
 
