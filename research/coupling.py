@@ -76,7 +76,9 @@ def main() -> None:
         gpu_layers_draft=None,
         threads=None,
     )
-    prompts = load_prompts()[: args.limit]
+    # The structured prompts' answers follow their schema only under its constraint, which
+    # this probe does not apply: skipped, so every answer here is the model's free text.
+    prompts = [p for p in load_prompts() if p.schema is None][: args.limit]
     rows: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
     with Engine(config) as engine:
         target, draft = engine.target, engine.draft_model

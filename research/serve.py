@@ -50,7 +50,11 @@ def main() -> None:
     parser.add_argument("model_options", nargs="*", help="after --: options for run and serve")
     args = parser.parse_args()
 
-    prompts = [p for p in load_prompts() if [m.role for m in p.messages] == ["user"]]
+    # Single-turn, and without a schema (this client sends none: its answers would not be the
+    # ones the prompt asks for).
+    prompts = [
+        p for p in load_prompts() if [m.role for m in p.messages] == ["user"] and p.schema is None
+    ]
     prompts = prompts[: args.limit]
     with tempfile.NamedTemporaryFile("w+", prefix="specllama-serve-", suffix=".log") as log:
         rows = measure(args, prompts, log)
