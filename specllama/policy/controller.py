@@ -86,6 +86,7 @@ PRIORS = {
     MTP: 0.7,
     # An EAGLE-3 head: taken as an MTP head until its rounds say otherwise (nothing measured).
     "eagle3": 0.7,
+    "assistant": 0.7,  # Gemma 4's assistant drafter: as an MTP head, until measured
     "ngram3": 0.7,
     "ngram3-mixed": 0.2,
     "ngram4": 0.75,
