@@ -29,6 +29,11 @@ drafts look dearer than they are, and a copy goes on at drafts of 1-3. So while 
 accepted in full, a round may draft twice the largest batch seen (at most twice the tokens copied
 in a row) to find out (`_length_probe`).
 
+A long match needs no ramp: from `long_copy` tokens on (`LONG_COPY`, longer than the quotes a
+summary makes), an n-gram draft may be as long as the calibration measured batches, at once,
+while the rounds agree with the calibration's shape (`_copy_limit`). Past what was measured,
+and where the rounds part from it, the ramp holds.
+
 Decisions rest on that evidence, never on one round:
 
 - the length comes from the posterior mean a; the source is used when that pays;
@@ -97,6 +102,7 @@ PRIORS = {
 MIN_MATCH = 3
 # A match of N tokens counts in the lane of the largest of these that is at most N.
 NGRAM_LANES = (1, 2, 3, 4, 6, 12, 24)
+_LONG = "ngram-long"  # the key of the n-gram table past the ramp
 MIXED = "-mixed"  # the suffix of a match whose earlier occurrences went on differently
 
 # Steady state: a draft model that drafted last round has one or two tokens to evaluate (the
@@ -113,6 +119,12 @@ _COPY_A_MAX = 0.99
 # went on at drafts of 2 (code editing 1.35-1.46x, 1.64x with true costs); at 3/4, 1.56-1.64x;
 # at 1, 1.64x, but the Spec-Bench summaries fell from 1.03x to 0.99-1.01x.
 _PROBE_ODDS = 0.75
+# A match at least this long drafts as far as the measured costs say at once (no ramp). Replayed
+# on the recorded answers (research/RESULTS.md, issue 33): summaries quote stretches of 12-25
+# tokens that then part from their source, and a 48-token draft on such a quote's 24th token
+# cost Spec-Bench's summaries 8% on the EPYC; at 26 or more no category lost on any machine's
+# costs, and copies of a file (or of an answer remembered, or predicted) go on far longer.
+LONG_COPY = 32
 
 
 def match_length(source: str) -> int:
@@ -235,6 +247,7 @@ class AdaptiveController:
         min_horizon: int = 8,
         probe_loss: float = 1.0,
         priors: dict[str, float] | None = None,
+        long_copy: int | None = LONG_COPY,
     ) -> None:
         self.costs = costs
         self.live = LiveCosts(costs)
@@ -257,6 +270,7 @@ class AdaptiveController:
             NGRAM: max(1, ngram_max, draft_max),
         }
         self.priors = {**PRIORS, **(priors or {})}
+        self.long_copy = long_copy  # None: every draft ramps
         self.sources: dict[str, _Source] = {}
         self.round = 0
         self._tables: dict[str, _RateTable] = {}
@@ -286,6 +300,32 @@ class AdaptiveController:
             table = self._tables[kind] = _RateTable(self.live, kind, k_max)
             self.min_confidence = self._break_even_confidence()
         return table
+
+    def _long_table(self, k_max: int) -> _RateTable:
+        """The n-gram table up to `k_max`, past the ramp's limit (`_copy_limit`)."""
+        table = self._tables.get(_LONG)
+        if table is None or table.version != self.live.version or table.k_max != k_max:
+            table = self._tables[_LONG] = _RateTable(self.live, NGRAM, k_max)
+        return table
+
+    def ngram_length(self, name: str, mean: float) -> tuple[int, float]:
+        """The best draft length of n-gram source `name` at acceptance `mean`, and its rate
+        (tokens/s), as far as `_copy_limit` allows."""
+        table = self.table(NGRAM)
+        limit = self._copy_limit(match_length(name))
+        return (table if limit <= table.k_max else self._long_table(limit)).at(mean)
+
+    def _copy_limit(self, match: int) -> int:
+        """The longest n-gram draft after a match this long: the ramp's (`LiveCosts.
+        draft_limit`), or for a long copy, the largest batch the calibration measured (less the
+        target's own token) while the rounds agree with its shape."""
+        ramp = self.table(NGRAM).k_max
+        if self.long_copy is None or match < self.long_copy:
+            return ramp
+        curve = self.live.verify_curve
+        if not self.costs.measured or curve.doubtful or not curve.shape_holds:
+            return ramp
+        return max(ramp, min(self.k_max[NGRAM], self.costs.verify_s[-1][0] - 1))
 
     def best_length(self, name: str, a: float) -> tuple[int, float]:
         """The best draft length at acceptance `a`, and its speedup over the target alone."""
@@ -317,7 +357,7 @@ class AdaptiveController:
                 continue
             table = self.table(source.kind)
             mean, sd = source.posterior()
-            k, rate = table.at(mean)
+            k, rate = self.ngram_length(name, mean) if source.kind == NGRAM else table.at(mean)
             catch_up = 0.0
             if source.kind in STEPPED and backlog > _ROUTINE_BACKLOG:
                 catch_up = self.live.catch_up(backlog - _ROUTINE_BACKLOG)

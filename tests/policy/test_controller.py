@@ -15,7 +15,7 @@ from specllama.engine.drafters import CombinedDrafter, DraftModelDrafter, NgramD
 from specllama.engine.events import RoundEvent, TokenEvent
 from specllama.engine.sampling import SamplingParams
 from specllama.engine.speculative import generate
-from specllama.policy.controller import MODEL, NGRAM, AdaptiveController, lane_of
+from specllama.policy.controller import LONG_COPY, MODEL, NGRAM, AdaptiveController, lane_of
 from specllama.policy.costs import Costs
 from specllama.policy.simulator import MachineCosts, Trace, simulate, synthetic_trace
 
@@ -233,14 +233,15 @@ CPU_STEPPED = Costs(
 DOUBTFUL = Costs(verify_s=((1, 0.9), (2, 0.3), (4, 0.5), (8, 0.9), (16, 2.0)))
 
 
-def copy_rounds(controller, rounds):
-    """Drafts from a 30-token match, all accepted, timed as the stepped EPYC would; the lengths
-    drafted."""
-    controller.choose([("ngram30", 0)], remaining=500)
+def copy_rounds(controller, rounds, match=30):
+    """Drafts from a match of `match` tokens, all accepted, timed as the stepped EPYC would; the
+    lengths drafted."""
+    name = f"ngram{match}"
+    controller.choose([(name, 0)], remaining=500)
     controller.observe(RoundEvent(0, 0, 0.0, CPU_STEPPED.verify(1), ""))
     drafted, generated = [], 1
     for _ in range(rounds):
-        source, k = controller.choose([("ngram30", 0)], remaining=500, generated=generated)
+        source, k = controller.choose([(name, 0)], remaining=500, generated=generated)
         controller.observe(RoundEvent(k, k, 0.0, CPU_STEPPED.verify(k + 1), source))
         drafted.append(k)
         generated += k + 1
@@ -257,6 +258,44 @@ def test_an_untrusted_shape_is_probed_by_doubling_drafts_while_a_copy_holds():
     unprobed = AdaptiveController(DOUBTFUL)
     unprobed._length_probe = lambda k, *_: k
     assert max(copy_rounds(unprobed, 6)[2:]) <= 8
+
+
+def test_a_long_copy_drafts_as_far_as_the_measured_costs_pay_at_once():
+    """A match of LONG_COPY tokens (a file copied, an answer remembered or predicted) drafts
+    long from its first round, where the ramp would start at 4; a shorter match (a quote)
+    ramps."""
+    first = copy_rounds(AdaptiveController(CPU_STEPPED), 1, match=LONG_COPY)[0]
+    ramped = copy_rounds(AdaptiveController(CPU_STEPPED, long_copy=None), 1, match=LONG_COPY)
+    quote = copy_rounds(AdaptiveController(CPU_STEPPED), 1, match=LONG_COPY - 1)
+    assert ramped[0] <= 4 and quote[0] <= 4
+    assert 16 < first <= 48
+
+
+def test_a_long_copy_trusts_the_calibration_only_as_far_as_it_measured():
+    """Past the largest batch measured (16 on the H200), or on a calibration that was guessed
+    or is in no order, a long copy ramps as any draft does."""
+    controller = AdaptiveController(GPU)
+    controller.choose([("ngram64", 0)], remaining=500)
+    controller.observe(RoundEvent(0, 0, 0.0, GPU.verify(1), ""))
+    _, k = controller.choose([("ngram64", 0)], remaining=500, generated=1)
+    assert 4 < k <= 15
+    for prior in (DOUBTFUL, Costs.guess(0.034, has_draft=False)):
+        assert copy_rounds(AdaptiveController(prior), 1, match=64)[0] <= 4
+
+
+def test_an_answer_given_again_is_drafted_at_once():
+    """The same 48-token answer again, with the memory of the first (a match as long as any):
+    a long draft from the first drafting round instead of the ramp's 4, 16, ..., on the
+    recorded EPYC's costs."""
+    n = 48
+    rest = tuple(min(n - i, 64) for i in range(n))
+    again = Trace((False,) * n, (0.5,) * n, (64,) * n, rest, rest, 32)
+    shipped, _ = replay(CPU_STEPPED, again, draft_model=False)
+    ramp_only = AdaptiveController(CPU_STEPPED, long_copy=None)
+    ramped, _ = replay(CPU_STEPPED, again, ramp_only, draft_model=False)
+    assert next(r.n_drafted for r in shipped.rounds if r.n_drafted) > 16
+    assert len(shipped.rounds) < len(ramped.rounds)
+    assert shipped.speedup > 1.03 * ramped.speedup
 
 
 def test_confidence_threshold_is_the_cost_break_even():
