@@ -15,10 +15,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from specllama.engine.memory import KEY, TokenMemory
+from specllama.engine.memory import KEY, MAX_MATCH, TokenMemory
 
-# An answer still on its prediction is as sure as a copy after a match this long.
-ALIGNED_EVIDENCE = 24
+# An answer still on its prediction is as sure as a copy after the longest match: the client said
+# so, and the policy drafts as long as the costs allow from such evidence at once
+# (`specllama.policy.controller.LONG_COPY`).
+ALIGNED_EVIDENCE = MAX_MATCH
 
 
 class Prediction:
