@@ -7,11 +7,16 @@ for every policy, so differences are the policy's alone.
     python research/policies.py record --target T.gguf --draft D.gguf --out traces.json [-n 128]
     python research/policies.py replay traces.json [--costs traces|h200|h200-measured]
     python research/policies.py gpu [--overlap 0 0.5 1]   # controlled-acceptance pairs, H200 costs
+    python research/policies.py compare [-n 48 128] [--machines epyc xeon h200 ...]
 
 `record` runs the target alone on each prompt (greedy), evaluates the draft model on the answer
 (teacher forcing) and looks up n-grams, and stores the machine's measured costs with it.
 Replayed times are the cost model's, not measurements: `specllama bench` measures. `replay` also
 gives an upper bound: the best rounds for each answer, chosen knowing it in advance.
+`compare` plays how long n-gram drafts may be (the ramp, and no ramp after a long match: issue 33)
+on the recorded answers, cut at each length asked, on every machine's costs, per category, and
+on the same answers given again with the memory of the first (`repeated`; a client's exact
+prediction is the same evidence, `specllama.engine.prediction.ALIGNED_EVIDENCE`).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import numpy as np
 
 from specllama.engine.control import NGRAM as NGRAM_KIND
 from specllama.engine.control import FixedLength, kind_of
+from specllama.engine.memory import MAX_MATCH
 from specllama.policy.controller import AdaptiveController, lane_of, match_length
 from specllama.policy.costs import Costs
 from specllama.policy.simulator import (
@@ -141,7 +147,52 @@ def policies(costs: Costs, *, pipelined: bool = False) -> dict[str, tuple[object
     for name, (min_match, k) in LLAMA_GATES.items():
         chosen[name] = (lambda m=min_match, k=k: MatchGate(m, k), {"draft_model": False})
     chosen["adaptive"] = (lambda: AdaptiveController(costs), {})
+    chosen[RAMP_ONLY] = (lambda: AdaptiveController(costs, long_copy=None), {})
     return chosen
+
+
+RAMP_ONLY = "adaptive, ramp only (before)"
+
+
+class ChainedCopies(AdaptiveController):
+    """Tried for issue 33, not shipped: each token of an n-gram draft judged by the lane of the
+    match it would make once the tokens before it are kept (a copy that goes on is a longer
+    match), S(j) = a(m) a(m + 1) ... a(m + j - 1), instead of a(m)^j; from `chain_from` tokens
+    of match on."""
+
+    def __init__(self, costs: Costs, *, chain_from: int = 3, **options: object) -> None:
+        super().__init__(costs, **options)  # type: ignore[arg-type]
+        self.chain_from = chain_from
+
+    def ngram_length(self, name: str, mean: float) -> tuple[int, float]:
+        match = match_length(name)
+        if match < self.chain_from:
+            return super().ngram_length(name, mean)
+        k_max = self._copy_limit(match)
+        chances = [mean] + [self.acceptance(f"{NGRAM_KIND}{match + j}") for j in range(1, k_max)]
+        survive = np.cumprod(np.minimum(chances, 0.99))
+        tokens = 1.0 + np.cumsum(survive)  # E(k) for k = 1..k_max
+        cost = np.array([self.live.round(NGRAM_KIND, k) for k in range(1, k_max + 1)])
+        k = int((tokens / cost).argmax())
+        return k + 1, float(tokens[k] / cost[k])
+
+
+def length_policies(costs: Costs) -> dict[str, tuple[object, dict]]:
+    """How long n-gram drafts may be: the ramp, no ramp from a match of N tokens, copies judged
+    as they go on, llama.cpp's gate. name -> (controller factory, which sources it may use)."""
+    gate, k = LLAMA_GATES["ngram-simple-like"]
+    return {
+        RAMP_ONLY: (lambda: AdaptiveController(costs, long_copy=None), {}),
+        "no ramp from 12": (lambda: AdaptiveController(costs, long_copy=12), {}),
+        "no ramp from 24": (lambda: AdaptiveController(costs, long_copy=24), {}),
+        "no ramp from 32 (shipped)": (lambda: AdaptiveController(costs), {}),
+        "copies judged as they go on": (
+            lambda: ChainedCopies(costs, long_copy=None),
+            {},
+        ),
+        "... and no ramp from 12": (lambda: ChainedCopies(costs, long_copy=12), {}),
+        "ngram-simple-like": (lambda: MatchGate(gate, k), {"draft_model": False}),
+    }
 
 
 def with_overlap(machine: MachineCosts, overlap: float) -> MachineCosts:
@@ -161,7 +212,9 @@ def record(args: argparse.Namespace) -> None:
     from specllama.policy.simulator import record_trace
     from specllama.session import Engine, EngineConfig
 
-    prompts = load_prompts(args.prompts)
+    # Traces are the target's free answers (`record_trace` applies no constraint): a schema
+    # prompt's would not be the answer it asks for, so it is left out.
+    prompts = [p for p in load_prompts(args.prompts) if p.schema is None]
     config = EngineConfig(target=args.target, draft=args.draft, n_ctx=4096)
     traces = []
     with Engine(config) as engine:
@@ -220,6 +273,86 @@ def replay(args: argparse.Namespace) -> None:
     print(f"{ORACLE}: the best rounds for each answer, known in advance; no policy can beat it.")
 
 
+# -- compare ----------------------------------------------------------------------------------
+
+RESULTS = Path(__file__).parent / "results"
+DEFAULT_TRACES = ("traces-q4km-epyc.json", "traces-q4km-epyc-specbench.json")
+# Where each machine's costs were measured: a traces file's calibration, or a verify curve
+# measured past it (research/verify_reach.py) with that file's draft costs.
+MACHINE_COSTS = {
+    "epyc": ("traces-q4km-epyc.json", None),
+    "epyc-65": ("traces-q4km-epyc.json", "issue33-verify-reach.json"),
+    "xeon": ("traces-qwen2.5-coder-q4km.json", None),
+    "xeon-f16": ("traces-qwen2.5-coder-f16-target.json", None),
+}
+
+
+def machine_named(name: str) -> MachineCosts:
+    if name == "h200":
+        return MachineCosts(H200)
+    if name == "h200-measured":
+        return H200_MEASURED
+    traces, verify = MACHINE_COSTS[name]
+    data = json.loads((RESULTS / traces).read_text(encoding="utf-8"))["costs"]
+    if verify is not None:
+        measured = json.loads((RESULTS / verify).read_text(encoding="utf-8"))["costs"]
+        data = {**data, "verify_s": measured["verify_s"]}
+    return MachineCosts(Costs.from_dict(data))
+
+
+def given_again(trace: Trace, evidence: int, category: str) -> Trace:
+    """The same answer where every position drafts the rest of it on a match of `evidence`
+    tokens: the memory of the same request answered before (greedy: the same answer; a match
+    as long as a match is counted) or the client's exact prediction of it."""
+    n = len(trace)
+    rest = tuple(min(n - i, MAX_MATCH) for i in range(n))
+    return dataclasses.replace(
+        trace,
+        ngram_match=(evidence,) * n,
+        ngram_offer=rest,
+        ngram_run=rest,
+        ngram_unanimous=(True,) * n,
+        category=category,
+    )
+
+
+def compare(args: argparse.Namespace) -> None:
+    traces = []
+    for name in args.traces:
+        path = Path(name) if Path(name).exists() else RESULTS / name
+        traces += [Trace.from_dict(t) for t in json.loads(path.read_text())["traces"]]
+    bundled = [t for t in traces if not t.name.startswith("sb-")]
+    traces += [given_again(t, MAX_MATCH, "repeated") for t in bundled]
+    categories = sorted({t.category for t in traces})
+    report = []
+    for n in args.n:
+        for machine_name in args.machines:
+            machine = machine_named(machine_name)
+            speedups: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+            for trace in traces:
+                for name, (make, sources) in length_policies(machine.costs).items():
+                    result = simulate(trace, make(), machine, max_tokens=n, **sources)
+                    speedups[name][trace.category].append(result.speedup)
+                best = oracle_speedup(trace, machine, max_tokens=n)
+                speedups[ORACLE][trace.category].append(best)
+            medians = {
+                name: {c: round(statistics.median(v[c]), 3) for c in categories}
+                for name, v in speedups.items()
+            }
+            report.append({"n": n, "machine": machine_name, "medians": medians})
+            print(f"\n{n} tokens, {machine_name} costs (median per category)")
+            print("| policy | " + " | ".join(categories) + " | worst change |")
+            print("|---|" + "---:|" * (len(categories) + 1))
+            before = medians[RAMP_ONLY]
+            for name, by_category in medians.items():
+                cells = [f"{by_category[c]:.2f}" for c in categories]
+                worst = min(categories, key=lambda c: by_category[c] - before[c])
+                change = f"{by_category[worst] - before[worst]:+.3f} {worst}"
+                print(f"| {name} | " + " | ".join(cells) + f" | {change} |")
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+
+
 # -- gpu --------------------------------------------------------------------------------------
 
 
@@ -268,8 +401,14 @@ def main() -> None:
     g.add_argument("-n", type=int, default=256)
     g.add_argument("--traces", type=int, default=25)
     g.add_argument("--overlap", type=float, nargs="+", default=[0.0, 0.5, 1.0])
+    cmp = sub.add_parser("compare")
+    cmp.add_argument("--traces", nargs="+", default=list(DEFAULT_TRACES))
+    machines = [*MACHINE_COSTS, "h200", "h200-measured"]
+    cmp.add_argument("--machines", nargs="+", choices=machines, default=machines)
+    cmp.add_argument("-n", type=int, nargs="+", default=[48, 128])
+    cmp.add_argument("--json", default=None)
     args = parser.parse_args()
-    {"record": record, "replay": replay, "gpu": gpu}[args.command](args)
+    {"record": record, "replay": replay, "gpu": gpu, "compare": compare}[args.command](args)
 
 
 if __name__ == "__main__":
