@@ -1,6 +1,8 @@
 """`specllama models --local --measure`: what a draft/target pair found on this machine would
 give here, measured, and cached like the calibration. The draft is a draft model or a draft
-head in its own file (EAGLE-3, DFlash), measured the same way.
+head in its own file (EAGLE-3, DFlash), measured the same way; or one of the target's own ways
+to draft without a second file (`OWN_DRAFTERS`): its MTP head (measured as a draft model is)
+and n-gram lookup alone (below).
 
 For each pair: the calibration (`Engine.calibrate`: verify costs of the target, one draft step;
 cached), then a short probe of acceptance, greedy, with a fixed draft length PROBE_K, on a few
@@ -12,6 +14,12 @@ costs k * draft_step + V(k + 1), against E * V(1) for the target alone:
 
 maximised over k (see `specllama.policy.costs`). That is what the listing ranks by: the speedup
 this machine can expect from the pair, not one it has seen on a given prompt.
+
+N-gram lookup has no acceptance of its own to fit: it drafts only where the text repeats. It
+runs as `--drafter ngram` does (the adaptive controller choosing each round from the measured
+costs), each prompt with nothing remembered from the others (as one `run`), and its speedup is
+what its rounds cost on the calibration's verify costs against the target alone's:
+sum(accepted + 1) * V(1) / sum(V(drafted + 1)), its lookups counted free.
 """
 
 from __future__ import annotations
@@ -22,11 +30,12 @@ import os
 import platform
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from specllama.bench.prompts import BenchPrompt, load_prompts
-from specllama.engine.events import FinishEvent
+from specllama.engine.drafters import NgramDrafter
+from specllama.engine.events import FinishEvent, RoundEvent
 from specllama.engine.sampling import SamplingParams
 from specllama.llama.backend import build_facts, default_threads
 from specllama.paths import cache_dir
@@ -38,6 +47,10 @@ PROBE_TOKENS = 48
 PROBE_CATEGORIES = ("code-writing", "code-editing", "chat")  # one prompt of each
 K_MAX = 16
 FORMAT = 1
+MTP, NGRAM = "mtp", "ngram"
+OWN_DRAFTERS = (MTP, NGRAM)  # drafters with no file of their own: --drafter NAME
+# A draft: its file (a draft model or head), or the name of one of the target's own drafters.
+Draft = Path | str
 
 
 @dataclass(frozen=True)
@@ -47,6 +60,11 @@ class Measurement:
     acceptance: float  # a, per draft token
     target_tok_s: float  # the target alone, one token at a time (from the calibration)
     draft_step_ratio: float  # one draft step / one target token
+    # N-gram lookup: the share of rounds it found something to draft (None for the others).
+    rounds_drafted: float | None = None
+    # The costs passed the calibration's checks (False: measured on a busy machine, a rough
+    # figure; cached all the same, as a run uses such a calibration when none passes).
+    trusted: bool = True
 
     def as_json(self) -> dict[str, float | int]:
         return asdict(self)
@@ -62,7 +80,7 @@ class ProbeSettings:
     prompts: tuple[str, ...] = PROBE_CATEGORIES
 
 
-def cached(target: Path, draft: Path, settings: ProbeSettings) -> Measurement | None:
+def cached(target: Path, draft: Draft, settings: ProbeSettings) -> Measurement | None:
     """The measurement of this pair on this machine, if one was made (no model is loaded)."""
     try:
         data = json.loads(_path(target, draft, settings).read_text(encoding="utf-8"))
@@ -75,34 +93,55 @@ def cached(target: Path, draft: Path, settings: ProbeSettings) -> Measurement | 
 
 def measure(
     target: Path,
-    draft: Path,
+    draft: Draft,
     settings: ProbeSettings,
     *,
     refresh: bool = False,
     on_measure: Callable[[], None] | None = None,
 ) -> Measurement:
-    """The measurement of this pair (cached), made now if there is none: loads both models."""
+    """The measurement of this pair (cached), made now if there is none: loads the models."""
     if not refresh and (found := cached(target, draft, settings)) is not None:
         return found
     if on_measure is not None:
         on_measure()
-    config = EngineConfig(
+    prompts = _prompts(settings.prompts)
+    with Engine(_config(target, draft, settings)) as engine:
+        costs = engine.calibrate()
+        if draft == NGRAM:
+            result = _ngram_measurement(costs, _rounds(engine, prompts, settings.tokens))
+        else:
+            accepted, rounds = _probe(engine, prompts, settings.tokens)
+            result = expected(costs, accepted / max(rounds, 1), PROBE_K)
+        trusted = engine.calibration is None or engine.calibration.trusted
+    result = replace(result, trusted=trusted)
+    save(target, draft, settings, result)
+    return result
+
+
+def _config(target: Path, draft: Draft, settings: ProbeSettings) -> EngineConfig:
+    """A draft file drafts as what it is (a draft head in its own file as that head); the
+    target's own drafters have none. N-gram lookup runs adaptive, as --drafter ngram does."""
+    if isinstance(draft, str):
+        _check_own(draft)
+        drafter, file = draft, None
+    else:
+        drafter, file = head_kind(draft) or "model", draft
+    return EngineConfig(
         target=target,
-        draft=draft,
-        drafter=head_kind(draft) or "model",  # a draft head in its own file drafts as one
+        draft=file,
+        drafter=drafter,
         draft_max=PROBE_K,
-        adaptive=False,
+        adaptive=drafter == NGRAM,
         n_ctx=settings.n_ctx,
         n_gpu_layers=settings.n_gpu_layers,
         n_gpu_layers_draft=settings.n_gpu_layers_draft,
         n_threads=settings.n_threads,
     )
-    with Engine(config) as engine:
-        costs = engine.calibrate()
-        accepted, rounds = _probe(engine, _prompts(settings.prompts), settings.tokens)
-    result = expected(costs, accepted / max(rounds, 1), PROBE_K)
-    _save(target, draft, settings, result)
-    return result
+
+
+def _check_own(drafter: str) -> None:
+    if drafter not in OWN_DRAFTERS:
+        raise ValueError(f"a draft is a file or one of {OWN_DRAFTERS}, not {drafter!r}")
 
 
 def expected(costs: Costs, mean_accepted: float, k: int) -> Measurement:
@@ -116,6 +155,23 @@ def expected(costs: Costs, mean_accepted: float, k: int) -> Measurement:
         acceptance=round(a, 4),
         target_tok_s=round(1 / one, 2) if one > 0 else 0.0,
         draft_step_ratio=round(costs.draft_step_s / one, 4) if one > 0 else 0.0,
+    )
+
+
+def _ngram_measurement(costs: Costs, rounds: list[RoundEvent]) -> Measurement:
+    """N-gram lookup alone, from its rounds priced at the measured verify costs (module
+    docstring)."""
+    one = costs.verify(1)
+    spent = sum(costs.verify(r.n_drafted + 1) for r in rounds)
+    tokens = sum(r.n_accepted + 1 for r in rounds)
+    drafted = sum(r.n_drafted for r in rounds)
+    return Measurement(
+        speedup=round(tokens * one / spent, 4) if spent > 0 else 1.0,
+        best_k=0,  # the controller chooses each round's length
+        acceptance=round(sum(r.n_accepted for r in rounds) / drafted, 4) if drafted else 0.0,
+        target_tok_s=round(1 / one, 2) if one > 0 else 0.0,
+        draft_step_ratio=0.0,
+        rounds_drafted=round(sum(r.n_drafted > 0 for r in rounds) / max(len(rounds), 1), 4),
     )
 
 
@@ -161,6 +217,20 @@ def _probe(engine: Engine, prompts: list[BenchPrompt], tokens: int) -> tuple[int
     return accepted, rounds
 
 
+def _rounds(engine: Engine, prompts: list[BenchPrompt], tokens: int) -> list[RoundEvent]:
+    """Every round of n-gram lookup over the prompts, greedy, each prompt as one `run` would
+    see it: a fresh lookup (nothing remembered from the others) and a fresh controller."""
+    rounds = []
+    for prompt in prompts:
+        prompt_tokens = engine.prompt_tokens(list(prompt.messages))
+        events = engine.generate(
+            prompt_tokens, SamplingParams(), max_tokens=tokens,
+            drafter=NgramDrafter(), controller=engine.new_controller(),
+        )  # fmt: skip
+        rounds += [event for event in events if isinstance(event, RoundEvent)]
+    return rounds
+
+
 def _prompts(categories: tuple[str, ...]) -> list[BenchPrompt]:
     everything = load_prompts()
     chosen = [next(p for p in everything if p.category == c) for c in categories
@@ -168,17 +238,20 @@ def _prompts(categories: tuple[str, ...]) -> list[BenchPrompt]:
     return chosen or everything[:1]
 
 
-def _key(target: Path, draft: Path, settings: ProbeSettings) -> dict[str, object]:
-    """What a measurement depends on: both files, this machine and llama.cpp, the settings."""
+def _key(target: Path, draft: Draft, settings: ProbeSettings) -> dict[str, object]:
+    """What a measurement depends on: both files (or the target's own drafter's name), this
+    machine and llama.cpp, the settings."""
 
     def file_id(path: Path) -> list[object]:
         st = os.stat(path)
         return [str(Path(path).resolve()), st.st_size, st.st_mtime_ns]
 
+    if isinstance(draft, str):
+        _check_own(draft)
     return {
         "format": FORMAT,
         "target": file_id(target),
-        "draft": file_id(draft),
+        "draft": draft if isinstance(draft, str) else file_id(draft),
         "machine": [platform.node(), platform.machine(), os.cpu_count()],
         "llama_cpp": build_facts().version,
         "settings": {**asdict(settings), "n_threads": settings.n_threads or default_threads()},
@@ -186,13 +259,14 @@ def _key(target: Path, draft: Path, settings: ProbeSettings) -> dict[str, object
     }
 
 
-def _path(target: Path, draft: Path, settings: ProbeSettings) -> Path:
+def _path(target: Path, draft: Draft, settings: ProbeSettings) -> Path:
     key = json.dumps(_key(target, draft, settings), sort_keys=True)
     digest = hashlib.sha256(key.encode()).hexdigest()[:20]
     return cache_dir() / "local" / "measured" / f"{digest}.json"
 
 
-def _save(target: Path, draft: Path, settings: ProbeSettings, result: Measurement) -> None:
+def save(target: Path, draft: Draft, settings: ProbeSettings, result: Measurement) -> None:
+    """Cache `result` as the measurement of this pair (what `cached` reads back)."""
     path = _path(target, draft, settings)
     data = {
         "key": _key(target, draft, settings),

@@ -3,6 +3,7 @@ the JSON of the same."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from rich.console import Group, RenderableType
@@ -16,6 +17,8 @@ from specllama.models.local_files import Problem
 from specllama.models.local_pairs import LocalPair
 
 MAX_PAIRS_SHOWN = 20
+# A model's own drafters measured here (--measure): its path -> {"mtp"/"ngram": speedup}.
+OwnMeasured = dict[Path, dict[str, float]]
 
 
 def params(model: LocalModel) -> str:
@@ -38,8 +41,9 @@ def local_view(
     pairs: list[LocalPair],
     problems: list[Problem],
     measured: bool,
+    own: OwnMeasured | None = None,
 ) -> RenderableType:
-    parts: list[RenderableType] = [models_table(groups)]
+    parts: list[RenderableType] = [models_table(groups, own)]
     if pairs:
         parts.append(pairs_table(pairs, measured))
         best = pairs[0]
@@ -68,12 +72,17 @@ def mtp_models(groups: list[list[LocalModel]]) -> list[LocalModel]:
     return sorted((m for g in groups for m in g if m.has_mtp), key=lambda m: -m.size)
 
 
-def models_table(groups: list[list[LocalModel]]) -> Table:
+def models_table(groups: list[list[LocalModel]], own: OwnMeasured | None = None) -> Table:
     """One row per model, grouped by vocabulary (models in a group can draft for each other);
-    an MTP column only when some model carries its own draft head (most never do)."""
+    an MTP column only when some model carries its own draft head (most never do), with the
+    speedup --measure found for it; an n-gram column once n-gram lookup alone was measured."""
+    own = own or {}
     with_mtp = bool(mtp_models(groups))
-    caption = "vocab: models with the same letter share one" + (
-        "   MTP: its own draft head (--drafter mtp)" if with_mtp else ""
+    with_ngram = any("ngram" in speedups for speedups in own.values())
+    caption = (
+        "vocab: models with the same letter share one"
+        + ("   MTP: its own draft head (--drafter mtp)" if with_mtp else "")
+        + ("   n-gram: lookup alone, expected here (--measure)" if with_ngram else "")
     )
     table = Table(header_style="bold", caption=caption)
     table.add_column("vocab", no_wrap=True)
@@ -82,6 +91,8 @@ def models_table(groups: list[list[LocalModel]]) -> Table:
     table.add_column("ctx", no_wrap=True, justify="right")
     if with_mtp:
         table.add_column("MTP", no_wrap=True)
+    if with_ngram:
+        table.add_column("n-gram", no_wrap=True)
     for i, group in enumerate(groups):
         letter = chr(ord("A") + i) if i < 26 else str(i + 1)
         for model in sorted(group, key=lambda m: -m.size):
@@ -92,13 +103,24 @@ def models_table(groups: list[list[LocalModel]]) -> Table:
                 f"{params(model)} {model.header.quant or '?'}\n{_gb(model.size)}",
                 f"{context:,}" if context else "?",
             ]
-            table.add_row(*row, *([_mtp_cell(model)] if with_mtp else []))
+            speedups = own.get(model.path, {})
+            if with_mtp:
+                row.append(_mtp_cell(model, speedups.get("mtp")))
+            if with_ngram:
+                row.append(_speedup(speedups.get("ngram")))
+            table.add_row(*row)
     return table
 
 
-def _mtp_cell(model: LocalModel) -> str:
+def _mtp_cell(model: LocalModel, speedup: float | None) -> str:
     n = model.header.n_nextn
-    return f"[green]yes[/green] ({n} layer{'s' * (n > 1)})" if model.has_mtp else ""
+    if not model.has_mtp:
+        return ""
+    return f"[green]yes[/green] ({n} layer{'s' * (n > 1)})" + _speedup(speedup, prefix=", ")
+
+
+def _speedup(speedup: float | None, *, prefix: str = "", missing: str = "") -> str:
+    return missing if speedup is None else f"{prefix}{speedup:.2f}x"
 
 
 def pairs_table(pairs: list[LocalPair], measured: bool) -> Table:
@@ -115,7 +137,7 @@ def pairs_table(pairs: list[LocalPair], measured: bool) -> Table:
     for column in ("cost", "fits", "speedup"):
         table.add_column(column, no_wrap=True)
     for rank, pair in enumerate(pairs[:MAX_PAIRS_SHOWN], 1):
-        speedup = f"{pair.speedup:.2f}x" if pair.speedup is not None else "-"
+        speedup = _speedup(pair.speedup, missing="-")
         table.add_row(
             str(rank),
             escape(pair.target.ref),
@@ -137,12 +159,16 @@ def _draft_note(pair: LocalPair) -> str:
 
 
 def local_json(
-    groups: list[list[LocalModel]], pairs: list[LocalPair], problems: list[Problem]
+    groups: list[list[LocalModel]],
+    pairs: list[LocalPair],
+    problems: list[Problem],
+    own: OwnMeasured | None = None,
 ) -> dict[str, Any]:
     group_of = {id(m): i for i, g in enumerate(groups) for m in g}
     models = [m for g in groups for m in g]
+    own = own or {}
     return {
-        "models": [_model_json(m, group_of[id(m)]) for m in models],
+        "models": [_model_json(m, group_of[id(m)], own.get(m.path, {})) for m in models],
         "pairs": [
             {
                 "target": p.target.ref,
@@ -162,7 +188,7 @@ def local_json(
     }
 
 
-def _model_json(model: LocalModel, group: int) -> dict[str, Any]:
+def _model_json(model: LocalModel, group: int, own: dict[str, float]) -> dict[str, Any]:
     header, vocab = model.header, model.header.vocab
     return {
         "ref": model.ref,
@@ -177,6 +203,10 @@ def _model_json(model: LocalModel, group: int) -> dict[str, Any]:
         "context_length": header.context_length,
         "mtp": model.has_mtp,  # carries its own draft head: --drafter mtp
         "n_nextn": header.n_nextn,
+        # Expected here (--measure), None where not measured: with its own MTP head, and with
+        # n-gram lookup alone.
+        "mtp_speedup": own.get("mtp"),
+        "ngram_speedup": own.get("ngram"),
         "vocab_group": group,
         "vocab": None
         if vocab is None

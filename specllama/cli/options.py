@@ -285,10 +285,10 @@ def _read_text_file(path: Path, option: str) -> str:
 
 
 def resolve_models(
-    pair: str | None, target: str | None, draft: str | None, threads: int | None = None
+    pair: str | None, target: str | None, draft: str | None
 ) -> tuple[Path, Path | None, Pair | None]:
     """--pair, or --target/--draft REFs, or the default pair -> local files (downloaded if
-    needed, with progress on stderr); --draft auto: the best draft found on this machine."""
+    needed, with progress on stderr); no draft yet for --draft auto (`engine_config`)."""
     if pair is not None and (target or draft):
         raise UsageError("use either --pair or --target/--draft, not both")
     catalog = load_catalog()
@@ -308,8 +308,6 @@ def resolve_models(
             fetch_model(ref, catalog, progress_for, notice) if ref else None
             for ref in (target, None if auto else draft)
         ]
-    if auto:
-        paths[1] = auto_draft(paths[0], threads)
     return paths[0], paths[1], None
 
 
@@ -348,7 +346,9 @@ def engine_config(
     if workers and gpu_layers == 0:
         raise UsageError("--gpu-layers 0 leaves the --rpc workers nothing to run")
     rpc_timeout_s = rpc.timeout_from_env()
-    target_path, draft_path, chosen = resolve_models(pair, target, draft, threads)
+    target_path, draft_path, chosen = resolve_models(pair, target, draft)
+    if draft == DRAFT_AUTO:  # what pays here: a draft model or head, the target's MTP, n-gram
+        draft_path, drafter = auto_draft(target_path, threads, drafter)
     if drafter is None and chosen:
         drafter = chosen.drafter
     if drafter is None:  # the default picks mtp only where the target's head runs here

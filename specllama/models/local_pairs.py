@@ -15,13 +15,20 @@ A draft head in its own file (EAGLE-3, DFlash) drafts for a target from the targ
 it is paired with each model whose vocabulary `run` accepts and whose rows are as wide as those
 it reads (`head_problem`; the loader checks the rest, such as the layers it names), whatever
 its size, and counts as of the target's family (it was made for a model of that width).
+
+`--draft auto` chooses among every way this machine can draft for a target (`draft_choices`):
+the heads that pair with it, its own MTP head where it carries one that runs here, the draft
+models paired with it, and n-gram lookup alone. Where `--measure` measured them, by the speedup
+measured: those that pay (over 1x) first; then, unmeasured, by the rule of thumb (a head made
+for the target, then its own MTP head, then the draft models by their ranking; n-gram lookup
+only once measured); then those measured not to pay.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from specllama.errors import LocalModelError
@@ -35,9 +42,12 @@ from specllama.models.local_files import Problem
 MIN_SIZE_RATIO = 2.0
 _FIT_RANK = {FIT_GPU: 0, FIT_SPLIT: 1, FIT_CPU: 2}
 
+MTP, NGRAM = "mtp", "ngram"  # the target's own drafters, with no file of their own
+
 Detailed = Callable[[LocalModel], LocalModel]  # the model with its vocabulary print's detail
-# (target, draft) -> the speedup measured on this machine, None when it was not measured
-Measured = Callable[[LocalModel, LocalModel], float | None]
+# (target, draft) -> the speedup measured on this machine, None when it was not measured; the
+# draft is a file (a draft model or head) or one of the target's own drafters (MTP, NGRAM).
+Measured = Callable[[LocalModel, LocalModel | str], float | None]
 
 
 @dataclass(frozen=True)
@@ -57,6 +67,22 @@ class LocalPair:
     def cost_ratio(self) -> float:
         """A draft step next to a target token, by the bytes each reads."""
         return self.draft.size / self.target.size
+
+
+@dataclass(frozen=True)
+class DraftChoice:
+    """One way to draft for a target, for --draft auto: a draft file (`pair`), or one of the
+    target's own drafters (its MTP head, n-gram lookup)."""
+
+    drafter: str  # --drafter: "model", a draft head's kind, MTP or NGRAM
+    pair: LocalPair | None = None  # with the draft file
+    speedup: float | None = None  # measured on this machine
+    n_measured: int = 0  # of the ways to draft for the target, how many were measured
+
+    @property
+    def path(self) -> Path | None:
+        """The file it drafts with (None: the target's own drafter)."""
+        return self.pair.draft.path if self.pair else None
 
 
 def difference(a: LocalModel, b: LocalModel, detailed: Detailed) -> str | None:
@@ -165,7 +191,21 @@ def best_draft(
     detailed: Detailed,
     measured: Measured | None = None,
 ) -> tuple[LocalPair | None, int]:
-    """The best draft among `candidates` for `target` (for --draft auto), and how many of them
+    """The best draft model among `candidates` for `target`, and how many of them have a
+    compatible vocabulary at all."""
+    ranked, compatible = _draft_pairs(target, candidates, machine, offload, detailed, measured)
+    return (ranked[0] if ranked else None), compatible
+
+
+def _draft_pairs(
+    target: LocalModel,
+    candidates: list[LocalModel],
+    machine: Machine,
+    offload: bool,
+    detailed: Detailed,
+    measured: Measured | None,
+) -> tuple[list[LocalPair], int]:
+    """The draft models among `candidates` paired with `target`, ranked, and how many of them
     have a compatible vocabulary at all."""
     pairs, compatible = [], 0
     for draft in candidates:
@@ -176,9 +216,42 @@ def best_draft(
         compatible += 1
         if draft.size * MIN_SIZE_RATIO <= target.size:
             pairs.append(_pair(target, draft, machine, offload, measured))
-    pairs = [p for p in pairs if p is not None]
-    ranked = rank(pairs)
-    return (ranked[0] if ranked else None), compatible
+    return rank([p for p in pairs if p is not None]), compatible
+
+
+def draft_choices(
+    target: LocalModel,
+    found: LocalScan,
+    machine: Machine,
+    offload: bool,
+    measured: Measured | None = None,
+    *,
+    mtp_runs: bool = False,
+) -> tuple[list[DraftChoice], int]:
+    """Every way to draft for `target` found here, best first (the module docstring), and how
+    many draft models have a compatible vocabulary at all. `mtp_runs`: the target carries MTP
+    layers and this build runs them (the caller knows; the headers do not)."""
+    look = measured or (lambda _target, _draft: None)
+    detailed = found.detailed
+    heads = [_pair(target, head, machine, offload, measured) for head in found.heads
+             if head_problem(head, target, detailed) is None]  # fmt: skip
+    models, compatible = _draft_pairs(target, found.models, machine, offload, detailed, measured)
+    choices = [DraftChoice(p.drafter, p, p.speedup) for p in rank([h for h in heads if h])]
+    if mtp_runs:
+        choices.append(DraftChoice(MTP, speedup=look(target, MTP)))
+    choices += [DraftChoice(p.drafter, p, p.speedup) for p in models]
+    if (ngram := look(target, NGRAM)) is not None:  # never chosen by the rule of thumb
+        choices.append(DraftChoice(NGRAM, speedup=ngram))
+    n_measured = sum(c.speedup is not None for c in choices)
+    ranked = sorted(choices, key=_by_what_pays)  # stable: the rule of thumb among the unmeasured
+    return [replace(c, n_measured=n_measured) for c in ranked], compatible
+
+
+def _by_what_pays(choice: DraftChoice) -> tuple[int, float]:
+    """Measured to pay first, by speedup; then the unmeasured; then measured not to pay."""
+    if choice.speedup is None:
+        return (1, 0.0)
+    return (0 if choice.speedup > 1 else 2, -choice.speedup)
 
 
 def rank(pairs: list[LocalPair]) -> list[LocalPair]:
@@ -227,15 +300,25 @@ def auto_draft(
     offload: bool,
     measured: Measured | None = None,
     found: LocalScan | None = None,
-) -> LocalPair:
-    """--draft auto: the best draft on this machine for the target file, or LocalModelError
-    saying why there is none."""
+    *,
+    mtp_runs: bool = False,
+    only: str | None = None,
+) -> DraftChoice:
+    """--draft auto: the best way to draft for the target file on this machine
+    (`draft_choices`), of the drafter `only` names when it names one ("model", a head's kind),
+    or LocalModelError saying why there is none."""
     found = found or local.scan()
     model = _same_file(target, found.models) or local.model_at(target, found.cache)
-    pair, compatible = best_draft(model, found.models, machine, offload, found.detailed, measured)
+    choices, compatible = draft_choices(model, found, machine, offload, measured, mtp_runs=mtp_runs)
     found.cache.save()  # details read for vocabularies of other sizes
-    if pair is not None:
-        return pair
+    choices = [c for c in choices if only is None or c.drafter == only]
+    if choices:
+        return choices[0]
+    if only not in (None, "model"):
+        raise LocalModelError(
+            f"--draft auto: no {only} draft head on this machine drafts for {model.label}",
+            hint="`specllama models --local` lists the heads found and what they draft for",
+        )
     n = len(found.models)
     if compatible == 0:
         raise LocalModelError(

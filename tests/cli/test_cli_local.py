@@ -268,3 +268,79 @@ def test_a_head_in_a_folder_is_a_draft_for_its_target_and_measured_as_one(bare_m
     assert lonely["pairs"] == [] and lonely["models"] == []
     [line] = lonely["problems"]
     assert line["where"].endswith("head.gguf") and "eagle3 draft head" in line["reason"]
+
+
+def auto_run(target: Path, *extra: str):
+    """`run --draft auto` on `target` (--fixed: the drafter chosen drafts every round): its
+    JSON, and its stderr, where --draft auto says what it chose (unwrapped)."""
+    result = invoke(
+        "run", "Name three fruits.", "-n", "16", "--json", "--fixed", "--target", target,
+        "--draft", "auto", *extra,
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout), " ".join(result.stderr.split())
+
+
+def test_draft_auto_drafts_with_the_head_found_for_the_target(bare_machine, tmp_path):
+    folder = tmp_path / "pair"
+    target = place(head_models.tiny_target(), folder / "target.gguf")
+    head = place(head_models.tiny_eagle3(0.8), folder / "eagle3-tiny.gguf")
+    assert invoke("models", "--add-dir", folder).exit_code == 0
+    ran, said = auto_run(target)
+    assert f"--draft auto: {head} (eagle3 head, " in said and "by the rule of thumb" in said
+    assert ran["drafter"] == "eagle3" and ran["n_accepted"] > 0
+    assert ran["text"] == run_json("--target", target, "--drafter", "none")["text"]
+
+
+def test_draft_auto_chooses_what_this_machine_measured_to_pay_most(bare_machine, tmp_path):
+    """A head and n-gram lookup for one target: the rule of thumb takes the head; measured, the
+    one that measured best, whichever it is; and n-gram lookup, when measured best, drafts with
+    no draft file loaded."""
+    from specllama.bench import pair_probe
+    from specllama.cli.local_cmd import probe_settings
+
+    folder = tmp_path / "pair"
+    target = place(head_models.tiny_target(), folder / "target.gguf")
+    head = place(head_models.tiny_eagle3(0.0), folder / "eagle3-wrong.gguf")
+    assert invoke("models", "--add-dir", folder).exit_code == 0
+    alone = run_json("--target", target, "--drafter", "none")["text"]
+    _, said = auto_run(target)
+    assert f"--draft auto: {head}" in said and "by the rule of thumb" in said
+    measured = local_json("--measure")
+    [pair], [model] = measured["pairs"], measured["models"]
+    speedups = {"eagle3": pair["speedup"], "ngram": model["ngram_speedup"]}
+    assert model["mtp_speedup"] is None and None not in speedups.values()
+    best = max(speedups, key=speedups.__getitem__)
+    ran, said = auto_run(target)
+    assert f"measured {speedups[best]:.2f}x, the best of 2 measured here" in said
+    assert ran["drafter"] == best and ran["text"] == alone
+    # A measurement that favours n-gram lookup (as --measure caches one): no draft file.
+    news = pair_probe.Measurement(speedups["eagle3"] + 0.5, 0, 0.9, 100.0, 0.0, rounds_drafted=0.5)
+    pair_probe.save(target, "ngram", probe_settings(), news)
+    ran, said = auto_run(target)
+    chosen = "--draft auto: n-gram lookup, no draft model (--drafter ngram; measured"
+    assert f"{chosen} {news.speedup:.2f}x, the best of 2 measured here)" in said
+    assert ran["drafter"] == "ngram" and ran["text"] == alone
+    # Asked for a head, --draft auto still finds the head.
+    ran, said = auto_run(target, "--drafter", "eagle3")
+    assert f"--draft auto: {head} (eagle3 head, " in said and ran["drafter"] == "eagle3"
+
+
+def test_draft_auto_weighs_the_targets_own_mtp_head_by_what_was_measured(
+    bare_machine, tmp_path, qwen35_mtp
+):
+    folder = tmp_path / "mtp"
+    target = place(qwen35_mtp, folder / "qwen35.gguf")
+    assert invoke("models", "--add-dir", folder).exit_code == 0
+    ran, said = auto_run(target)  # no draft model here: before, --draft auto had none to offer
+    assert "--draft auto: the target's own MTP head (--drafter mtp; by the rule of thumb)" in said
+    assert ran["drafter"] == "mtp" and ran["n_drafted"] > 0
+    # --measure measures the head and n-gram lookup alone; --draft auto takes the better.
+    [model] = local_json("--measure")["models"]
+    measured = {"mtp": model["mtp_speedup"], "ngram": model["ngram_speedup"]}
+    best = max(measured, key=measured.__getitem__)
+    ran, said = auto_run(target)
+    assert f"(--drafter {best}; measured {measured[best]:.2f}x, the best of 2" in said
+    assert ran["drafter"] == best
+    table = " ".join(invoke("models", "--local").stdout.split())
+    assert f"yes (1 layer), {measured['mtp']:.2f}x" in table

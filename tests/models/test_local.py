@@ -10,11 +10,15 @@ import pytest
 from gguf_fakes import vocab, write_gguf
 from store_fakes import place
 
+from specllama.errors import LocalModelError
 from specllama.models import local, local_dirs
 from specllama.models.hardware import FIT_CPU, Machine
 from specllama.models.header_cache import HeaderCache
 from specllama.models.local_pairs import (
     MIN_SIZE_RATIO,
+    MTP,
+    NGRAM,
+    auto_draft,
     best_draft,
     head_problem,
     propose_pairs,
@@ -221,3 +225,75 @@ def test_a_head_drafts_only_for_models_as_wide_as_the_rows_it_reads(
         ("target.gguf", "eagle3-tiny.gguf")
     ]  # and SmolLM2 with the tiny target as its draft model
     assert [line.where for line in unpaired_heads(scan.heads, pairs)] == [heads["wide.gguf"].ref]
+
+
+# -- --draft auto: every way to draft for the target ------------------------------------------
+
+
+def smol_with_a_head(stocked_machine, tmp_path):
+    """The stocked machine's SmolLM2 models, and an EAGLE-3 head that reads rows as wide as
+    SmolLM2's (576): a head for the F32 target beside its three draft models."""
+    head = place(
+        head_models.tiny_eagle3(0.8, target_hidden_size=576), tmp_path / "heads" / "eagle3.gguf"
+    )
+    scan = local.scan([head.parent])
+    target = by_ref(scan)[stocked_machine["f32"]]
+    return scan, target, head
+
+
+def measured_as(speedups):
+    """A lookup of measurements (what `--measure` cached) by draft file or own drafter name."""
+    return lambda _target, draft: speedups.get(draft if isinstance(draft, str) else draft.path)
+
+
+def test_draft_auto_drafts_with_a_head_made_for_the_target_by_the_rule_of_thumb(
+    stocked_machine, tmp_path
+):
+    scan, target, head = smol_with_a_head(stocked_machine, tmp_path)
+    choice = auto_draft(target.path, BIG, False, found=scan)
+    assert (choice.drafter, choice.path, choice.speedup) == ("eagle3", head, None)
+    # Asked for a draft model, it is the draft model the listing ranks first.
+    model = auto_draft(target.path, BIG, False, found=scan, only="model")
+    best, _ = best_draft(target, scan.models, BIG, False, scan.detailed)
+    assert (model.drafter, model.path) == ("model", best.draft.path)
+    with pytest.raises(LocalModelError, match="no dflash draft head on this machine drafts for"):
+        auto_draft(target.path, BIG, False, found=scan, only="dflash")
+
+
+def test_draft_auto_chooses_what_was_measured_to_pay_most(stocked_machine, tmp_path):
+    scan, target, head = smol_with_a_head(stocked_machine, tmp_path)
+    q4 = by_ref(scan)[stocked_machine["q4"]].path
+    speedups = {head: 1.2, q4: 1.4, NGRAM: 1.1}
+    choice = auto_draft(target.path, BIG, False, measured_as(speedups), scan)
+    assert (choice.drafter, choice.path, choice.n_measured) == ("model", q4, 3)
+    assert choice.speedup == max(speedups.values())
+    # N-gram lookup alone, once measured best, drafts with no file at all.
+    speedups[NGRAM] = 1.5
+    choice = auto_draft(target.path, BIG, False, measured_as(speedups), scan)
+    assert (choice.drafter, choice.path, choice.speedup) == (NGRAM, None, 1.5)
+    # What was measured not to pay ranks below what was not measured (the rule of thumb),
+    # and n-gram lookup is never chosen unmeasured.
+    speedups = {head: 0.8, q4: 0.9}
+    choice = auto_draft(target.path, BIG, False, measured_as(speedups), scan)
+    others = (
+        by_ref(scan)[stocked_machine["draft2"]].path,
+        by_ref(scan)[stocked_machine["draft4"]].path,
+    )
+    assert choice.drafter == "model" and choice.path in others and choice.speedup is None
+
+
+def test_draft_auto_drafts_with_the_targets_own_mtp_head_where_it_runs(
+    bare_machine, qwen35_mtp, tmp_path
+):
+    target = place(qwen35_mtp, tmp_path / "mtp" / "qwen35.gguf")
+    scan = local.scan([target.parent])
+    choice = auto_draft(target, BIG, False, found=scan, mtp_runs=True)
+    assert (choice.drafter, choice.path, choice.speedup) == (MTP, None, None)
+    # Measured, n-gram lookup and the head are weighed against each other.
+    choice = auto_draft(
+        target, BIG, False, measured_as({MTP: 1.3, NGRAM: 1.6}), scan, mtp_runs=True
+    )
+    assert (choice.drafter, choice.speedup, choice.n_measured) == (NGRAM, 1.6, 2)
+    # Where the head does not run here, nothing drafts for it: the plain case's line.
+    with pytest.raises(LocalModelError, match="has a vocabulary compatible with"):
+        auto_draft(target, BIG, False, found=scan, mtp_runs=False)
