@@ -14,6 +14,7 @@ from typing import Any
 
 from specllama import memory_store
 from specllama.chat import Message, plain_prompt, render_chat
+from specllama.engine.assistant import AssistantDrafter
 from specllama.engine.constraint import ConstraintSpec, Grammar, compile_constraint
 from specllama.engine.control import DraftController, FixedLength
 from specllama.engine.detok import TextStream
@@ -34,6 +35,7 @@ from specllama.engine.sampling import SamplingParams
 from specllama.engine.speculative import generate
 from specllama.errors import ModelLoadError, UsageError
 from specllama.llama import gguf_info, rpc
+from specllama.llama.assistant import AssistantHead
 from specllama.llama.backend import LlamaBackend, build_facts, default_threads
 from specllama.llama.dflash import DFlashHead
 from specllama.llama.eagle3 import Eagle3Head
@@ -48,7 +50,11 @@ from specllama.policy.controller import AdaptiveController
 from specllama.policy.costs import Costs
 
 # The draft heads that come in their own file (`control.HEADS`), and how each drafts.
-HEAD_KINDS = {"eagle3": (Eagle3Head, Eagle3Drafter), "dflash": (DFlashHead, DFlashDrafter)}
+HEAD_KINDS = {
+    "eagle3": (Eagle3Head, Eagle3Drafter),
+    "dflash": (DFlashHead, DFlashDrafter),
+    "assistant": (AssistantHead, AssistantDrafter),
+}
 
 
 def check_drafter(name: str) -> None:

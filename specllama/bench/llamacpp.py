@@ -45,7 +45,7 @@ BINARY = "llama-speculative-simple"
 TOOL = "llama.cpp"
 NGRAM_KINDS = ("ngram-simple", "ngram-mod")
 # Its --spec-type for each kind of head that comes in its own file (`control.HEADS`).
-HEAD_SPEC_TYPES = {"eagle3": "draft-eagle3", "dflash": "draft-dflash"}
+HEAD_SPEC_TYPES = {"eagle3": "draft-eagle3", "dflash": "draft-dflash", "assistant": "draft-mtp"}
 CHECK_TIMEOUT_S = 30.0
 RUN_TIMEOUT_S = 900.0
 # What the bench needs of the binary's options; builds from before them are refused.

@@ -14,7 +14,7 @@ MODEL = "model"  # the draft model
 NGRAM = "ngram"  # "ngramN": a lookup in the text so far, on a match of N tokens
 MTP = "mtp"  # the target's own draft head
 # Draft heads in their own file, drafting like an MTP head (their costs and lengths are MTP's).
-HEADS = ("eagle3", "dflash")
+HEADS = ("eagle3", "dflash", "assistant")
 PLAIN = "plain"  # a round that drafts nothing
 GRAMMAR = "grammar"  # tokens an output constraint allows alone, drafted without any model
 # Kinds whose drafts cost a decode per token (and a catch-up on what they have not seen).

@@ -61,6 +61,8 @@ FILE_TYPES = {
 # The architectures of draft heads that public GGUFs use for llama.cpp forks (buun-llama-cpp,
 # Lucebox), not llama.cpp's own `dflash` (convert_hf_to_gguf.py --target-model-dir writes that).
 _FORK_HEADS = {"dflash-draft": "dflash", "gemma4-dflash-draft": "dflash"}
+# The drafter each draft head's architecture needs.
+_HEAD_KINDS = {"eagle3": "eagle3", "dflash": "dflash", "gemma4-assistant": "assistant"}
 
 
 @dataclass(frozen=True)
@@ -100,9 +102,9 @@ class GgufHeader:
 
     @property
     def head_kind(self) -> str | None:
-        """The drafter a draft-head file needs ("eagle3", "dflash"), None for a model that runs
-        alone."""
-        return self.architecture if self.architecture in ("eagle3", "dflash") else None
+        """The drafter a draft-head file needs ("eagle3", "dflash", "assistant" for a Gemma 4
+        assistant), None for a model that runs alone."""
+        return _HEAD_KINDS.get(self.architecture or "")
 
     @property
     def fork_head(self) -> str | None:

@@ -29,8 +29,8 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 CATALOG_ENV = "SPECLLAMA_CATALOG"
-# eagle3, dflash: a draft head in its own GGUF (`engine.control.HEADS`)
-DRAFTERS = ("model", "mtp", "eagle3", "dflash", "ngram", "none")
+# eagle3, dflash, assistant: a draft head in its own GGUF (`engine.control.HEADS`)
+DRAFTERS = ("model", "mtp", "eagle3", "dflash", "assistant", "ngram", "none")
 # A pair that drafts with multi-token prediction layers: the target's own (no `draft`: the
 # pair's draft is the target itself) or an MTP assistant file (`draft`, e.g. Gemma 4's).
 MTP = "mtp"
