@@ -37,6 +37,7 @@ from specllama.bench.prompts import BenchPrompt, load_prompts
 from specllama.engine.drafters import NgramDrafter
 from specllama.engine.events import FinishEvent, RoundEvent
 from specllama.engine.sampling import SamplingParams
+from specllama.errors import UsageError
 from specllama.llama.backend import build_facts, default_threads
 from specllama.paths import cache_dir
 from specllama.policy.costs import Costs
@@ -65,6 +66,8 @@ class Measurement:
     # The costs passed the calibration's checks (False: measured on a busy machine, a rough
     # figure; cached all the same, as a run uses such a calibration when none passes).
     trusted: bool = True
+    # Why the pair cannot run at all (a head made for another target): then speedup is 0.
+    problem: str | None = None
 
     def as_json(self) -> dict[str, float | int]:
         return asdict(self)
@@ -99,13 +102,22 @@ def measure(
     refresh: bool = False,
     on_measure: Callable[[], None] | None = None,
 ) -> Measurement:
-    """The measurement of this pair (cached), made now if there is none: loads the models."""
+    """The measurement of this pair (cached), made now if there is none: loads the models.
+    A pair that cannot run (UsageError: a head made for another target) raises, and is
+    remembered as such (speedup 0), so that --draft auto never takes it."""
     if not refresh and (found := cached(target, draft, settings)) is not None:
+        if found.problem is not None:
+            raise UsageError(found.problem)
         return found
     if on_measure is not None:
         on_measure()
     prompts = _prompts(settings.prompts)
-    with Engine(_config(target, draft, settings)) as engine:
+    try:
+        engine = Engine(_config(target, draft, settings))
+    except UsageError as exc:  # what the files are, not how busy the machine is: remembered
+        save(target, draft, settings, Measurement(0.0, 0, 0.0, 0.0, 0.0, problem=str(exc)))
+        raise
+    with engine:
         costs = engine.calibrate()
         if draft == NGRAM:
             result = _ngram_measurement(costs, _rounds(engine, prompts, settings.tokens))

@@ -14,7 +14,7 @@ from rich.text import Text
 from specllama.llama.vocab import VOCAB_TYPE_NAMES
 from specllama.models.local import LocalModel
 from specllama.models.local_files import Problem
-from specllama.models.local_pairs import LocalPair
+from specllama.models.local_pairs import CANNOT_RUN, LocalPair
 
 MAX_PAIRS_SHOWN = 20
 # A model's own drafters measured here (--measure): its path -> {"mtp"/"ngram": speedup}.
@@ -120,6 +120,8 @@ def _mtp_cell(model: LocalModel, speedup: float | None) -> str:
 
 
 def _speedup(speedup: float | None, *, prefix: str = "", missing: str = "") -> str:
+    if speedup == CANNOT_RUN:
+        return f"{prefix}[yellow]cannot run[/yellow]"
     return missing if speedup is None else f"{prefix}{speedup:.2f}x"
 
 

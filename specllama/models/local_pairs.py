@@ -21,7 +21,8 @@ the heads that pair with it, its own MTP head where it carries one that runs her
 models paired with it, and n-gram lookup alone. Where `--measure` measured them, by the speedup
 measured: those that pay (over 1x) first; then, unmeasured, by the rule of thumb (a head made
 for the target, then its own MTP head, then the draft models by their ranking; n-gram lookup
-only once measured); then those measured not to pay.
+only once measured); then those measured not to pay. One the probe could not load (a head
+made for a target with other layers: the headers do not say) is never chosen.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ MIN_SIZE_RATIO = 2.0
 _FIT_RANK = {FIT_GPU: 0, FIT_SPLIT: 1, FIT_CPU: 2}
 
 MTP, NGRAM = "mtp", "ngram"  # the target's own drafters, with no file of their own
+CANNOT_RUN = 0.0  # the speedup measured of a pair the probe could not load (never chosen)
 
 Detailed = Callable[[LocalModel], LocalModel]  # the model with its vocabulary print's detail
 # (target, draft) -> the speedup measured on this machine, None when it was not measured; the
@@ -242,6 +244,7 @@ def draft_choices(
     choices += [DraftChoice(p.drafter, p, p.speedup) for p in models]
     if (ngram := look(target, NGRAM)) is not None:  # never chosen by the rule of thumb
         choices.append(DraftChoice(NGRAM, speedup=ngram))
+    choices = [c for c in choices if c.speedup != CANNOT_RUN]
     n_measured = sum(c.speedup is not None for c in choices)
     ranked = sorted(choices, key=_by_what_pays)  # stable: the rule of thumb among the unmeasured
     return [replace(c, n_measured=n_measured) for c in ranked], compatible
@@ -255,9 +258,12 @@ def _by_what_pays(choice: DraftChoice) -> tuple[int, float]:
 
 
 def rank(pairs: list[LocalPair]) -> list[LocalPair]:
-    """Measured pairs by their speedup, first; then the rule of thumb."""
+    """Measured pairs by their speedup, first; then the rule of thumb; last, those the probe
+    could not load."""
 
     def key(pair: LocalPair) -> tuple[object, ...]:
+        if pair.speedup == CANNOT_RUN:
+            return (2,)
         if pair.speedup is not None:
             return (0, -pair.speedup)
         fit = _FIT_RANK.get(pair.fit.verdict, 3)

@@ -335,8 +335,20 @@ def test_draft_auto_weighs_the_targets_own_mtp_head_by_what_was_measured(
     ran, said = auto_run(target)  # no draft model here: before, --draft auto had none to offer
     assert "--draft auto: the target's own MTP head (--drafter mtp; by the rule of thumb)" in said
     assert ran["drafter"] == "mtp" and ran["n_drafted"] > 0
-    # --measure measures the head and n-gram lookup alone; --draft auto takes the better.
-    [model] = local_json("--measure")["models"]
+    # A head whose headers pair it with this target, but which reads a layer it lacks: the
+    # probe cannot load it, says so, and remembers it.
+    place(head_models.tiny_eagle3(0.8), folder / "eagle3-tiny.gguf")
+    result = invoke("models", "--local", "--json", "--measure")
+    assert result.exit_code == 0, result.output
+    assert "reads layer 2 of its target; qwen35.gguf has 2 layers" in " ".join(
+        result.stderr.split()
+    )
+    listed = json.loads(result.stdout)
+    [model], [pair] = listed["models"], listed["pairs"]
+    assert pair["drafter"] == "eagle3" and pair["speedup"] == 0
+    assert "cannot run" in invoke("models", "--local").stdout
+    # --measure measured the MTP head and n-gram lookup alone; --draft auto takes the better,
+    # never the head that cannot run.
     measured = {"mtp": model["mtp_speedup"], "ngram": model["ngram_speedup"]}
     best = max(measured, key=measured.__getitem__)
     ran, said = auto_run(target)

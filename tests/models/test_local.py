@@ -15,6 +15,7 @@ from specllama.models import local, local_dirs
 from specllama.models.hardware import FIT_CPU, Machine
 from specllama.models.header_cache import HeaderCache
 from specllama.models.local_pairs import (
+    CANNOT_RUN,
     MIN_SIZE_RATIO,
     MTP,
     NGRAM,
@@ -280,6 +281,9 @@ def test_draft_auto_chooses_what_was_measured_to_pay_most(stocked_machine, tmp_p
         by_ref(scan)[stocked_machine["draft4"]].path,
     )
     assert choice.drafter == "model" and choice.path in others and choice.speedup is None
+    # A head the probe could not load is never chosen, not even by the rule of thumb.
+    choice = auto_draft(target.path, BIG, False, measured_as({head: CANNOT_RUN}), scan)
+    assert choice.drafter == "model" and choice.n_measured == 0
 
 
 def test_draft_auto_drafts_with_the_targets_own_mtp_head_where_it_runs(
