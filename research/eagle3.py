@@ -1,16 +1,18 @@
 #!/usr/bin/env python3
-"""Issue 34: drafting with a head in its own file (EAGLE-3 or DFlash), specllama against
-llama.cpp's draft-eagle3 / draft-dflash, on the same files: acceptance and tokens/s at the same
-draft length.
+"""Issue 34: drafting with a head in its own file (EAGLE-3, DFlash or a Gemma 4 assistant),
+specllama against llama.cpp's draft-eagle3 / draft-dflash / draft-mtp, on the same files:
+acceptance and tokens/s at the same draft length.
 
     python research/eagle3.py --llama-bin /tmp/llama-build/bin --size 1.5b --ks 1 3
     python research/eagle3.py --llama-bin /tmp/llama-build/bin --size tiny -n 48 --repeats 1
     python research/eagle3.py --kind dflash --size 1.5b --layers 4 --ks 3 8
+    python research/eagle3.py --kind gemma4-assistant --size tiny --accept 0.5 -n 200
 
 The pair is synthetic (research/make_heads.py, tests/head_models.py): a llama target (the tiny
 one, or Qwen2.5-1.5B's trunk in F16) whose greedy text follows a fixed permutation of SmolLM2's
 vocabulary, and a head right on a fraction `--accept` of the tokens (a DFlash head: each token of
-its block in turn). Written once into ~/.cache/specllama-bench (SPECLLAMA_BENCH_MODELS).
+its block in turn; a Gemma 4 assistant comes with a gemma4 target, tests/gemma4_models.py). Written
+once into ~/.cache/specllama-bench (SPECLLAMA_BENCH_MODELS).
 
 Configurations, greedy, N tokens, each repeat in an order rotated by one (drift on the machine
 hits all alike): `sl-target` (specllama, the target alone), `sl-KIND-kK` (FixedLength(K)),
@@ -40,6 +42,7 @@ sys.path.insert(0, str(HERE.parent / "tests"))  # head_models
 
 import make_heads  # noqa: E402
 
+from specllama.engine.assistant import AssistantDrafter  # noqa: E402
 from specllama.engine.control import FixedLength  # noqa: E402
 from specllama.engine.dflash import DFlashDrafter  # noqa: E402
 from specllama.engine.drafters import NoDrafter  # noqa: E402
@@ -47,11 +50,18 @@ from specllama.engine.eagle3 import Eagle3Drafter  # noqa: E402
 from specllama.engine.events import FinishEvent, TokenEvent  # noqa: E402
 from specllama.engine.sampling import SamplingParams  # noqa: E402
 from specllama.engine.speculative import generate  # noqa: E402
+from specllama.llama.assistant import AssistantHead  # noqa: E402
 from specllama.llama.backend import LlamaBackend, default_threads  # noqa: E402
 from specllama.llama.dflash import DFlashHead  # noqa: E402
 from specllama.llama.eagle3 import Eagle3Head  # noqa: E402
 
-HEADS = {"eagle3": (Eagle3Head, Eagle3Drafter), "dflash": (DFlashHead, DFlashDrafter)}
+HEADS = {
+    "eagle3": (Eagle3Head, Eagle3Drafter),
+    "dflash": (DFlashHead, DFlashDrafter),
+    "gemma4-assistant": (AssistantHead, AssistantDrafter),
+}
+# llama.cpp's --spec-type for a kind whose name it does not share (a Gemma 4 assistant is MTP's).
+SPEC_TYPES = {"gemma4-assistant": "draft-mtp"}
 
 PROMPT = "Write a short poem about the sea"
 _DECODED = re.compile(rb"decoded\s+(\d+) tokens in\s+([\d.]+) seconds")
@@ -110,7 +120,8 @@ def ours(target: LlamaBackend, head, config: str, prompt: list[int], n: int):
     if config == "sl-target":
         drafter, k = NoDrafter(), 0
     else:
-        drafter, k = HEADS[head.kind][1](head), int(config.rsplit("-k", 1)[1])
+        drafter_class = next(d for h, d in HEADS.values() if isinstance(head, h))
+        drafter, k = drafter_class(head), int(config.rsplit("-k", 1)[1])
     target.rollback(0)
     head.rollback(0)
     tokens, finish = [], None
@@ -166,7 +177,8 @@ def main() -> None:
         "lc-target": [*offload, "--spec-type", "ngram-simple", "--spec-ngram-simple-size-n",
                       "1024"],
         **{f"lc-{args.kind}-k{k}": [*offload, "-md", str(head_path), "--spec-type",
-                                    f"draft-{args.kind}", "--spec-draft-n-max", str(k)]
+                                    SPEC_TYPES.get(args.kind, f"draft-{args.kind}"),
+                                    "--spec-draft-n-max", str(k)]
            for k in args.ks},
     }  # fmt: skip
     names = ["sl-target", *(f"sl-{args.kind}-k{k}" for k in args.ks), *spec]
