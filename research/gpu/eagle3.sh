@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # One device call (issue 34): specllama's drafting with a head in its own file against llama.cpp's
-# draft-eagle3 / draft-dflash on the same files, greedy: a Llama-3.1-8B-shaped F16 synthetic llama
-# target and an EAGLE-3 head (KIND=eagle3, the default) or a DFlash head (KIND=dflash: a block of
-# up to 15 tokens in one decode, LAYERS decoder layers) right on a fraction a = 0.8 of the tokens
-# (tests/head_models.py; research/eagle3.py says what runs).
+# draft-eagle3 / draft-dflash / draft-mtp on the same files, greedy: a Llama-3.1-8B-shaped F16
+# synthetic llama target and an EAGLE-3 head (KIND=eagle3, the default) or a DFlash head
+# (KIND=dflash: a block of up to 15 tokens in one decode, LAYERS decoder layers), or a
+# 1.5B-shaped gemma4 target and its assistant (KIND=gemma4-assistant: one token a decode, reading
+# the target's KV cache), right on a fraction a = 0.8 of the tokens (tests/head_models.py,
+# tests/gemma4_models.py; research/eagle3.py says what runs).
 #
 #   bash research/gpu/eagle3.sh        on the GPU machine: builds llama.cpp with CUDA (a rerun on a
 #                                   warm machine reuses the build and the models), writes the
@@ -14,7 +16,7 @@
 #
 # Needs .gpu/ prepared by research/gpu/prepare.sh (carry it). Writes steps.log, the build's logs,
 # KIND.json and measure.log under $OUT. Environment: KIND (eagle3 or dflash), KS ("3 5"; dflash
-# "4 8 15"; the dry run "3"), TOKENS (256; 32), REPEATS (2; 1), ACCEPT (0.8), LAYERS (a DFlash
+# "4 8 15"; gemma4-assistant "1 3"; the dry run "3"), TOKENS (256; 32), REPEATS (2; 1), ACCEPT (0.8), LAYERS (a DFlash
 # head's: 5; the dry run 1).
 set -euo pipefail
 CPU=0
@@ -30,7 +32,13 @@ trap 'if [ -n "$WRITING" ]; then kill "$WRITING" 2>/dev/null || true; fi' EXIT
 [ -f .gpu/llama.cpp.tgz ] && [ -f .gpu/qwen-vocab.gguf ] || fail "no .gpu/: run research/gpu/prepare.sh"
 ACCEPT=${ACCEPT:-0.8}
 KIND=${KIND:-eagle3}
-case "$KIND" in eagle3) GPU_KS="3 5" ;; dflash) GPU_KS="4 8 15" ;; *) fail "KIND=$KIND: eagle3 or dflash" ;; esac
+GPU_SIZE=8b
+case "$KIND" in
+  eagle3) GPU_KS="3 5" ;;
+  dflash) GPU_KS="4 8 15" ;;
+  gemma4-assistant) GPU_KS="1 3" GPU_SIZE=1.5b ;;  # the gemma4 shapes: tiny and 1.5b
+  *) fail "KIND=$KIND: eagle3, dflash or gemma4-assistant" ;;
+esac
 
 if [ "$CPU" = 1 ]; then
   WORK=/tmp/specllama-eagle3-dry SIZE=tiny KS=${KS:-3} TOKENS=${TOKENS:-32} REPEATS=${REPEATS:-1}
@@ -39,7 +47,7 @@ if [ "$CPU" = 1 ]; then
   mkdir -p "$WORK"
   export PYTHONPATH="$REPO:${PYTHONPATH:-}"
 else
-  WORK=/tmp/specllama-gpu-eagle3 SIZE=8b KS=${KS:-$GPU_KS} TOKENS=${TOKENS:-256} REPEATS=${REPEATS:-2}
+  WORK=/tmp/specllama-gpu-eagle3 SIZE=$GPU_SIZE KS=${KS:-$GPU_KS} TOKENS=${TOKENS:-256} REPEATS=${REPEATS:-2}
   LAYERS=${LAYERS:-5}
   LLAMA_BIN=$WORK/build/bin GPU=(--gpu)
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"

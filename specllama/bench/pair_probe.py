@@ -244,7 +244,9 @@ def _rounds(engine: Engine, prompts: list[BenchPrompt], tokens: int) -> list[Rou
 
 
 def _prompts(categories: tuple[str, ...]) -> list[BenchPrompt]:
-    everything = load_prompts()
+    # The probe runs unconstrained: a prompt written for a JSON Schema would measure text
+    # no client asks for.
+    everything = [p for p in load_prompts() if p.schema is None]
     chosen = [next(p for p in everything if p.category == c) for c in categories
               if any(p.category == c for p in everything)]  # fmt: skip
     return chosen or everything[:1]

@@ -65,6 +65,7 @@ from specllama.engine.sampling import SamplingParams
 from specllama.engine.speculative import check_prompt_fits
 from specllama.errors import UsageError
 from specllama.llama import amx
+from specllama.llama.assistant import assistant_support
 from specllama.llama.backend import build_facts
 from specllama.llama.dflash import dflash_support
 from specllama.llama.eagle3 import eagle3_support
@@ -350,7 +351,11 @@ def doctor(json_out: JsonOut = False) -> None:
     mtp = local_cmd.models_with_mtp()  # local models with their own draft head
     mtp_missing = mtp_support()  # what this llama-cpp-python lacks to run them (None: nothing)
     # ... and to run the heads that come in their own file
-    heads_missing = {"eagle3": eagle3_support(), "dflash": dflash_support()}
+    heads_missing = {
+        "eagle3": eagle3_support(),
+        "dflash": dflash_support(),
+        "assistant": assistant_support(),
+    }
     if json_out:
         extra = {"calibrations": calibrations, "mtp_models": mtp, "mtp_missing": mtp_missing}
         extra.update({f"{kind}_missing": missing for kind, missing in heads_missing.items()})

@@ -22,7 +22,7 @@ from rich.text import Text
 
 from specllama.cli.ui import stderr_console
 from specllama.llama.amx import CRASHES, WORKS, AmxReport
-from specllama.models.catalog import MTP, Catalog, ModelRef
+from specllama.models.catalog import Catalog, ModelRef
 from specllama.models.hardware import Doctor, PairRow
 
 ProgressFor = Callable[[ModelRef], Callable[[int, int], None]]
@@ -113,11 +113,13 @@ def _short(model: ModelRef) -> str:
 
 
 def _draft_cell(row: PairRow, catalog: Catalog) -> str:
-    """The draft's size, or how an MTP pair drafts: the target's own layers, or an assistant."""
+    """The draft's size, and the head's kind where the draft is a head (own MTP layers: none)."""
     if row.own_heads:
         return "own MTP head"
     draft = _short(catalog.model(row.draft))
-    return f"{draft} MTP" if row.drafter == MTP else draft
+    if row.drafter == "model":
+        return draft
+    return f"{draft} {_HEAD_NAMES.get(row.drafter, row.drafter)}"
 
 
 def _amx_rows(amx: AmxReport) -> list[tuple[str, str]]:
@@ -146,7 +148,7 @@ def _mtp_row(refs: list[str]) -> tuple[str, str]:
             "(--drafter mtp)")  # fmt: skip
 
 
-_HEAD_NAMES = {"eagle3": "EAGLE-3", "dflash": "DFlash"}
+_HEAD_NAMES = {"eagle3": "EAGLE-3", "dflash": "DFlash", "assistant": "Gemma 4 assistant"}
 
 
 def doctor_table(

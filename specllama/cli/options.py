@@ -101,16 +101,17 @@ Draft = Annotated[
     typer.Option(
         "--draft",
         "-d",
-        help="Draft: a REF as for --target, or auto (the best draft on this machine for the "
-        "target: `specllama models --local`).",
+        help="Draft: a REF as for --target (a draft model, or a draft head's file), or auto "
+        "(what pays best here: a draft model or head found on this machine, the target's MTP "
+        "head, or n-gram lookup; `specllama models --local --measure`).",
     ),
 ]
 DrafterOpt = Annotated[
     str | None,
     typer.Option(
         "--drafter",
-        help="model, mtp (the target's own draft head), eagle3 or dflash (the head in --draft's "
-        "file), ngram, or none (the target alone). "
+        help="model, mtp (the target's own draft head), eagle3, dflash or assistant (the head "
+        "in --draft's file), ngram, or none (the target alone). "
         "Default: a --draft named, else mtp where the target has it, else model if a draft.",
     ),
 ]

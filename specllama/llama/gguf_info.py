@@ -87,6 +87,8 @@ class GgufHeader:
     embedding_length: int | None = None  # {arch}.embedding_length: the width of its rows
     # {arch}.target_hidden_size: a draft head's (EAGLE-3): the width of the target rows it reads
     target_hidden_size: int | None = None
+    # {arch}.embedding_length_out: a Gemma 4 assistant's: the width of the target rows it reads
+    embedding_length_out: int | None = None
 
     @property
     def has_mtp(self) -> bool:
@@ -99,6 +101,14 @@ class GgufHeader:
         `gemma4-assistant`), not a model that runs on its own."""
         arch = (self.architecture or "").lower().replace("_", "-")
         return arch.endswith("-assistant")
+
+    @property
+    def drafts_for(self) -> str | None:
+        """The architecture of the only models this draft head drafts for (a Gemma 4
+        assistant's: gemma4), None where any model may fit."""
+        if not self.is_mtp_assistant:
+            return None
+        return (self.architecture or "").removesuffix("-assistant")
 
     @property
     def head_kind(self) -> str | None:
@@ -350,6 +360,7 @@ class _HeaderParser:
             n_nextn=_int(meta.get(f"{arch}.nextn_predict_layers"), 0) or 0,
             embedding_length=_int(meta.get(f"{arch}.embedding_length")),
             target_hidden_size=_int(meta.get(f"{arch}.target_hidden_size")),
+            embedding_length_out=_int(meta.get(f"{arch}.embedding_length_out")),
         )
 
     def _vocab(self, tokenizer: str | None) -> VocabInfo | None:

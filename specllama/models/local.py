@@ -3,10 +3,9 @@ lists, what `--draft auto` chooses from.
 
 `scan` looks in every store (`specllama.models.stores`) and the saved folders, and reads each
 model's GGUF header once (`header_cache`); a file that is no model is a `Problem` line, never
-an error. So is an MTP assistant (Gemma 4's drafter file): it drafts for its model and cannot
-run, or draft for another model, on its own. A draft head in its own file (EAGLE-3, DFlash:
-known by its architecture) is kept apart, in `heads`: it never runs alone, and drafts for the
-models it fits (`local_pairs.head_pairs`).
+an error. A draft head in its own file (EAGLE-3, DFlash, Gemma 4's assistant: known by its
+architecture) is kept apart, in `heads`: it never runs alone, and drafts for the models it fits
+(`local_pairs.head_pairs`).
 """
 
 from __future__ import annotations
@@ -61,8 +60,10 @@ class LocalModel:
     @property
     def reads_width(self) -> int | None:
         """A draft head's: the width of the target rows it reads (EAGLE-3 names it,
-        `eagle3.target_hidden_size`; a DFlash head's rows are its target's own width)."""
-        return self.header.target_hidden_size or self.width
+        `eagle3.target_hidden_size`, a Gemma 4 assistant `embedding_length_out`; a DFlash
+        head's rows are its target's own width)."""
+        header = self.header
+        return header.target_hidden_size or header.embedding_length_out or self.width
 
     @property
     def family(self) -> str | None:
@@ -110,15 +111,12 @@ def scan(
     return LocalScan(models, problems, cache, heads)
 
 
-ASSISTANT = "an MTP assistant, which drafts for its own model (--drafter mtp) and never alone"
-
-
 def _model_or_problem(found: Found, cache: HeaderCache) -> LocalModel | Problem:
     try:
         model = read_model(found, cache)
     except ModelLoadError as exc:
         return Problem(found.ref, _without_path(str(exc), found.path))
-    return Problem(found.ref, ASSISTANT) if model.header.is_mtp_assistant else model
+    return model
 
 
 def read_model(found: Found, cache: HeaderCache) -> LocalModel:

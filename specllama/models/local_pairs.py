@@ -164,6 +164,8 @@ def propose_pairs(
 def head_problem(head: LocalModel, target: LocalModel, detailed: Detailed) -> str | None:
     """Why a draft head cannot draft for `target` (None: it can): their vocabularies, or the
     width of the rows it reads against the target's (unknown widths pass: the loader says)."""
+    if (arch := head.header.drafts_for) and arch != target.header.architecture:
+        return f"it drafts for {arch} models"
     if not _may_match(head, target):
         return "vocabularies of sizes too far apart"
     if (reason := difference(head, target, detailed)) is not None:

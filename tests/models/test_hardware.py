@@ -129,7 +129,7 @@ def test_a_target_with_its_own_mtp_head_is_one_file_counted_once() -> None:
     assert own.own_heads and own.draft == own.target and own.draft_size == 0
     assert own.target_size == target.approx_size and own.fit == hw.FIT_CPU
     assistant = rows["gemma-4-e4b-mtp"]
-    assert not assistant.own_heads and assistant.drafter == "mtp"
+    assert not assistant.own_heads and assistant.drafter == "assistant"
     assert assistant.draft_size and assistant.draft_size < assistant.target_size // 50
     assert json.loads(json.dumps(own.as_json()))["own_heads"] is True
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 
+import gemma4_models
 import head_models
 import pytest
 from gguf_fakes import vocab, write_gguf
@@ -226,6 +227,31 @@ def test_a_head_drafts_only_for_models_as_wide_as_the_rows_it_reads(
         ("target.gguf", "eagle3-tiny.gguf")
     ]  # and SmolLM2 with the tiny target as its draft model
     assert [line.where for line in unpaired_heads(scan.heads, pairs)] == [heads["wide.gguf"].ref]
+
+
+def test_a_gemma_4_assistant_drafts_only_for_a_gemma_4_target_as_wide_as_it_reads(
+    bare_machine, tmp_path
+):
+    """The tiny llama target and the tiny gemma4 target share SmolLM2's vocabulary, and the
+    assistant's own rows are narrower than either: it pairs with the gemma4 target alone, by
+    the width it reads (embedding_length_out), and one made for another width with neither."""
+    extra = [
+        ("gemma4.gguf", gemma4_models.tiny_target()),
+        ("assistant.gguf", gemma4_models.tiny_assistant(0.8)),
+        ("assistant-96.gguf", gemma4_models.tiny_assistant(0.8, backbone=96)),
+    ]
+    scan = local.scan([head_folder(tmp_path, *extra)])
+    heads, by_name = {m.path.name: m for m in scan.heads}, {m.path.name: m for m in scan.models}
+    assert heads["assistant.gguf"].head_kind == "assistant" and scan.problems == []
+    said = head_problem(heads["assistant.gguf"], by_name["target.gguf"], scan.detailed)
+    assert said == "it drafts for gemma4 models"
+    pairs = propose_pairs(scan.models, BIG, False, scan.detailed, heads=scan.heads)
+    assert [n for n in names(pairs) if n[1].startswith("assistant")] == [
+        ("gemma4.gguf", "assistant.gguf")
+    ]
+    assert [p.drafter for p in pairs if p.draft.path.name == "assistant.gguf"] == ["assistant"]
+    unpaired = unpaired_heads(scan.heads, pairs)
+    assert [line.where for line in unpaired] == [heads["assistant-96.gguf"].ref]
 
 
 # -- --draft auto: every way to draft for the target ------------------------------------------
