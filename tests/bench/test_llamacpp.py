@@ -56,10 +56,17 @@ def test_an_answer_that_stopped_leaves_out_the_end_of_generation_token():
     assert (stats["n_drafted"], stats["n_accepted"], stats["n_prompt"]) == (5, 3, 700)
 
 
-def test_an_answer_cut_at_the_limit_counts_every_token():
-    # It writes past -n when the last round's drafts were accepted; no end token among them.
-    stats = read_log(log(150, 5.0), 128)
-    assert stats["n_generated"] == 150 and stats["finish_reason"] == "length"
+def test_an_answer_cut_at_the_limit_counts_what_its_loop_asks_for():
+    # It stops once past -n: one token past it is its loop's, no end token among them.
+    stats = read_log(log(129, 4.3), 128)
+    assert stats["n_generated"] == 129 and stats["finish_reason"] == "length"
+    assert stats["tokens_per_s"] == pytest.approx(30.0)
+
+
+def test_tokens_an_ngram_drafter_wrote_past_the_budget_are_not_counted():
+    # Its last n-gram draft ignores the budget: 150 decoded for -n 128, in the time of 129.
+    stats = read_log(log(150, 4.3), 128)
+    assert stats["n_generated"] == 129 and stats["finish_reason"] == "length"
     assert stats["tokens_per_s"] == pytest.approx(30.0)
 
 
