@@ -62,7 +62,8 @@ def parse_configs(
     head: str | None = None,
 ) -> list[BenchConfig]:
     """`target`, `model:K`, `pipe:K` (the draft model, pipelined), `mtp:K` (the target's own
-    head), `eagle3:K` (the head loaded from its own file, of that kind: `head`), `ngram:K`,
+    head), `eagle3:K`, `dflash:K` or `assistant:K` (the head loaded from its own file, of that
+    kind: `head`), `ngram:K`,
     `adaptive` (comma-separated). The target alone is always included (speedups are relative
     to it) and comes first. `adaptive=False` (--fixed) drops the adaptive configuration."""
     configs = [BenchConfig(TARGET, "none", 0, False)]

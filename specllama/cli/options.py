@@ -480,13 +480,13 @@ Configs = Annotated[
     str | None,
     typer.Option(
         "--configs",
-        help="Comma-separated: target, model:K, pipe:K (the draft model drafting the next "
-        "round while the target verifies), mtp:K (the target's own draft head), eagle3:K or "
-        "dflash:K (the head in --draft's file, by its kind), ngram:K, adaptive (target is "
+        help="Comma-separated: target, model:K, pipe:K (the draft model drafting the next round "
+        "while the target verifies), mtp:K (the target's own draft head), eagle3:K, dflash:K or"
+        " assistant:K (the head in --draft's file, by its kind), ngram:K, adaptive (target is "
         "implied). Default, quick: adaptive and the fixed ones that matter here (the draft "
         "model or head at the length this machine's costs favour, ngram:8); --full: model:2, "
-        "model:4 (mtp:2, mtp:4 or the head's eagle3:2, eagle3:4 without a draft model), ngram:8, "
-        "adaptive.",
+        "model:4 (mtp:2, mtp:4 or the head's eagle3:2, eagle3:4 without a draft model), "
+        "ngram:8, adaptive.",
     ),
 ]
 BenchMaxTokens = Annotated[
