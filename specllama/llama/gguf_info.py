@@ -96,17 +96,10 @@ class GgufHeader:
         return self.n_nextn > 0
 
     @property
-    def is_mtp_assistant(self) -> bool:
-        """A drafter file for another model (Gemma 4's "assistant": architecture
-        `gemma4-assistant`), not a model that runs on its own."""
-        arch = (self.architecture or "").lower().replace("_", "-")
-        return arch.endswith("-assistant")
-
-    @property
     def drafts_for(self) -> str | None:
         """The architecture of the only models this draft head drafts for (a Gemma 4
         assistant's: gemma4), None where any model may fit."""
-        if not self.is_mtp_assistant:
+        if self.head_kind != "assistant":
             return None
         return (self.architecture or "").removesuffix("-assistant")
 

@@ -45,7 +45,7 @@ class LocalModel:
     @property
     def has_mtp(self) -> bool:
         """Carries its own draft head (MTP layers) and runs on its own: --drafter mtp."""
-        return self.header.has_mtp and not self.header.is_mtp_assistant
+        return self.header.has_mtp and self.head_kind is None
 
     @property
     def head_kind(self) -> str | None:
@@ -113,10 +113,9 @@ def scan(
 
 def _model_or_problem(found: Found, cache: HeaderCache) -> LocalModel | Problem:
     try:
-        model = read_model(found, cache)
+        return read_model(found, cache)
     except ModelLoadError as exc:
         return Problem(found.ref, _without_path(str(exc), found.path))
-    return model
 
 
 def read_model(found: Found, cache: HeaderCache) -> LocalModel:

@@ -201,7 +201,7 @@ def test_the_mtp_layers_are_read_wherever_the_key_stands(tmp_path, where):
         kwargs["token_types"] = False  # so that the key is read after a search past the tokens
     path = write_gguf(tmp_path / "m.gguf", tokens, arch="qwen35", **kwargs)
     header = read_header(path)
-    assert header.n_nextn == 1 and header.has_mtp and not header.is_mtp_assistant
+    assert header.n_nextn == 1 and header.has_mtp and header.head_kind is None
     assert without_detail(header) == without_detail(walked(path))
 
 
@@ -220,4 +220,5 @@ def test_a_gemma_4_assistant_is_a_drafter_not_a_model(tmp_path):
     path = write_gguf(tmp_path / "mtp-gemma.gguf", vocab(50), arch="gemma4-assistant",
                       extra={"gemma4-assistant.nextn_predict_layers": 4})  # fmt: skip
     header = read_header(path)
-    assert header.n_nextn == 4 and header.has_mtp and header.is_mtp_assistant
+    assert header.n_nextn == 4 and header.has_mtp and header.head_kind == "assistant"
+    assert header.drafts_for == "gemma4"
