@@ -15,9 +15,9 @@
 #                                   build of llama.cpp ($LLAMA_BIN, default /tmp/llama-build/bin)
 #
 # Needs .gpu/ prepared by research/gpu/prepare.sh (carry it). Writes steps.log, the build's logs,
-# KIND.json and measure.log under $OUT. Environment: KIND (eagle3 or dflash), KS ("3 5"; dflash
-# "4 8 15"; gemma4-assistant "1 3"; the dry run "3"), TOKENS (256; 32), REPEATS (2; 1), ACCEPT (0.8), LAYERS (a DFlash
-# head's: 5; the dry run 1).
+# KIND.json and measure.log under $OUT. Environment: KIND (eagle3, dflash or gemma4-assistant),
+# KS ("3 5"; dflash "4 8 15"; gemma4-assistant "1 3"; the dry run "3"), TOKENS (256; 32),
+# REPEATS (2; 1), ACCEPT (0.8), LAYERS (a DFlash head's: 5; the dry run 1).
 set -euo pipefail
 CPU=0
 [ "${1:-}" = --cpu ] && CPU=1
