@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 from policies import machine_named
 
-from specllama.engine.lookup import MAX_MATCH, CopyIndex
+from specllama.engine.lookup import CopyIndex
 from specllama.llama.backend import common_prefix_length
 from specllama.policy.simulator import MachineCosts
 
@@ -52,7 +52,7 @@ def candidates(text: list[int], depth: int) -> list[list[int]]:
     array = np.asarray(text)
     last, m = len(text) - 1, match.length
     ends = np.flatnonzero(array[:last] == array[last])
-    for back in range(1, min(m, MAX_MATCH)):  # keep the ends whose last m tokens agree
+    for back in range(1, m):  # keep the ends whose last m tokens agree (m <= MAX_MATCH)
         ends = ends[(ends - back >= 0) & (array[np.maximum(ends - back, 0)] == array[last - back])]
     counts: dict[tuple[int, ...], list[int]] = defaultdict(list)
     for end in ends.tolist():
@@ -114,15 +114,19 @@ def tree_name(shape: tuple[int, int | None]) -> str:
 
 def replay(args: argparse.Namespace) -> None:
     data = json.loads(Path(args.answers).read_text(encoding="utf-8"))
-    print(f"{len(data['answers'])} answers of {data['target']} recorded on {data['cpu']}")
+    answers = data["answers"]
+    print(f"{len(answers)} answers of {data['target']} recorded on {data['cpu']}")
+    # Each answer's candidates by position, looked up once: they depend on neither the costs
+    # nor where the answer is cut.
+    found: list[dict[int, list[list[int]]]] = [{} for _ in answers]
     for n in args.n:
         for name in args.machines:
             machine = machine_named(name)
             table: dict[str, dict[tuple, list[float]]] = defaultdict(lambda: defaultdict(list))
-            for item in data["answers"]:
-                prompt, answer, found = item["prompt"], item["answer"][:n], {}
+            for item, seen in zip(answers, found, strict=True):
+                prompt, answer = item["prompt"], item["answer"][:n]
                 for shape in TREES:
-                    best = max(speedup(prompt, answer, shape, k, machine, found) for k in LENGTHS)
+                    best = max(speedup(prompt, answer, shape, k, machine, seen) for k in LENGTHS)
                     table[item["category"]][shape].append(best)
             print(f"\n{n} tokens, {name} costs: median over the category (best k per answer)")
             print("| category | " + " | ".join(map(tree_name, TREES)) + " |")
