@@ -27,6 +27,7 @@ from jinja2 import TemplateError, meta
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from specllama.chat import ToolCall
+from specllama.schemas import closed
 
 # Compact JSON, as the templates write it (and as the constraint's own JSON options).
 _JSON_STYLE = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
@@ -159,7 +160,7 @@ def _lark_string(text: str) -> str:
 
 
 def _arguments_rule(tool: Tool) -> str:
-    schema = tool.parameters if tool.parameters else {"type": "object"}
+    schema = closed(tool.parameters) if tool.parameters else {"type": "object"}
     if isinstance(schema, dict):
         schema = {**schema, "x-guidance": _JSON_STYLE}
     return f"%json {json.dumps(schema)}"

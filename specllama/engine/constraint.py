@@ -34,6 +34,7 @@ import numpy as np
 
 from specllama.engine.sampling import SamplingParams, draw
 from specllama.errors import ConstraintError
+from specllama.schemas import closed
 
 try:  # the constraint engine; only constrained generations need it
     import llguidance
@@ -60,7 +61,8 @@ class ConstraintSpec:
 
     @classmethod
     def json_schema(cls, schema: dict[str, Any] | bool) -> ConstraintSpec:
-        return cls("json_schema", json.dumps(schema))
+        """A schema's rule, its objects closed as llama.cpp closes them (`schemas.closed`)."""
+        return cls("json_schema", json.dumps(closed(schema)))
 
     def describe(self) -> str:
         return {"json_object": "a JSON object", "json_schema": "JSON Schema"}.get(
