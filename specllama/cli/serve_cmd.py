@@ -110,6 +110,16 @@ def serve(
         bool, typer.Option("--open", help="Open the chat page in the browser once ready.")
     ] = False,
     remember: Remember = None,
+    alias: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--alias",
+            metavar="NAME",
+            show_default=False,
+            help="Also list the model as NAME in /v1/models (requests may name any model: "
+            "this server answers them all with its own); repeat for more.",
+        ),
+    ] = None,
 ) -> None:
     """An OpenAI-compatible HTTP server (chat and text completions) over the pair, with a chat
     page at its address that shows what speculation does."""
@@ -145,6 +155,7 @@ def serve(
         host=host,
         cors=origins,
         allowed_hosts=tuple(allow_host or ()),
+        aliases=tuple(alias or ()),
     )
     console = ui.stderr_console()
     if api_key is None and not is_loopback(host):

@@ -13,6 +13,7 @@ thrown away by the verify).
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Sequence
 
 from specllama.engine.memory import KEY, MAX_MATCH, TokenMemory
@@ -63,3 +64,11 @@ class Prediction:
         self.accepted += kept
         self.rejected += len(tokens) - kept
         self._drafted = None
+
+
+def predicted_in(prediction: Sequence[int], completion: Sequence[int]) -> int:
+    """How many of the prediction's tokens appear in the completion, in order: OpenAI's
+    `accepted_prediction_tokens`, whatever drafted them (a diff's matching blocks; the memory
+    may have drafted the answer before the prediction could)."""
+    matcher = difflib.SequenceMatcher(None, list(prediction), list(completion), autojunk=False)
+    return sum(block.size for block in matcher.get_matching_blocks())

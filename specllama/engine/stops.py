@@ -14,6 +14,7 @@ class StopMatcher:
         self._stops = [s for s in stops if s]
         self._held = ""
         self.stopped = False
+        self.matched: str | None = None  # the stop string that ended the text
 
     def feed(self, text: str) -> str:
         """The new text that is safe to emit: everything before a stop string, less what
@@ -21,11 +22,12 @@ class StopMatcher:
         if self.stopped:
             return ""
         text = self._held + text
-        found = [at for stop in self._stops if (at := text.find(stop)) >= 0]
+        found = [(at, stop) for stop in self._stops if (at := text.find(stop)) >= 0]
         if found:
+            at, self.matched = min(found, key=lambda hit: hit[0])
             self.stopped = True
             self._held = ""
-            return text[: min(found)]
+            return text[:at]
         keep = self._partial_stop_length(text)
         self._held = text[len(text) - keep :]
         return text[: len(text) - keep]

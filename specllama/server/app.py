@@ -28,6 +28,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import uvicorn
 from starlette.applications import Starlette
@@ -42,6 +43,8 @@ from specllama.chat import Message
 from specllama.engine.constraint import ConstraintSpec, Grammar
 from specllama.engine.sampling import SamplingParams
 from specllama.errors import ConstraintError, SpecllamaError
+from specllama.server import anthropic, openai_chat, openai_responses
+from specllama.server.fields import ApiError, parse_json
 from specllama.server.guard import Guard, host_names
 from specllama.server.page import page_routes
 from specllama.server.queue import (
@@ -54,14 +57,8 @@ from specllama.server.queue import (
     Text,
     Work,
 )
-from specllama.server.requests import (
-    ApiError,
-    GenerationRequest,
-    parse_chat,
-    parse_completion,
-    parse_json,
-)
-from specllama.server.responses import Shape
+from specllama.server.request import GenerationRequest
+from specllama.server.wire import Answer, Served, Wire, sse
 from specllama.session import Engine
 from specllama.tool_calls import ToolFormat, call_grammar, detect_format, template_knows_tools
 
@@ -76,7 +73,7 @@ GRAMMARS_KEPT = 16  # compiled output rules kept: clients send the same schema a
 
 @dataclass(frozen=True)
 class Settings:
-    model_id: str  # the one name /v1/models lists and requests must use
+    model_id: str  # the name /v1/models lists first and answers carry; requests may use any
     api_key: str | None = None
     max_waiting: int = 8  # requests queued behind the running one; beyond: 503
     defaults: SamplingParams = field(default_factory=SamplingParams)  # what a request omits
@@ -84,6 +81,7 @@ class Settings:
     host: str = "127.0.0.1"  # the address served: requests must name it (or an address)
     cors: tuple[str, ...] = ()  # origins whose pages may call the API ("*": any)
     allowed_hosts: tuple[str, ...] = ()  # names besides host, localhost and this machine's
+    aliases: tuple[str, ...] = ()  # more names /v1/models lists (--alias)
 
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -151,11 +149,21 @@ class Api:
         return JSONResponse({"status": "ok", "model": self.settings.model_id, **busy})
 
     async def models(self, request: Request) -> Response:
-        return JSONResponse({"object": "list", "data": [self._model_card()]})
+        cards = [self._model_card(name) for name in self._names()]
+        return JSONResponse({"object": "list", "data": cards})
 
     async def model(self, request: Request) -> Response:
-        self._check_model(request.path_params["model"])
-        return JSONResponse(self._model_card())
+        name = request.path_params["model"]
+        if name not in self._names():
+            raise ApiError(
+                404,
+                f"The model '{name}' is not listed: this server serves "
+                f"{', '.join(map(repr, self._names()))} (GET /v1/models), and answers requests "
+                "that name any model with it.",
+                param="model",
+                code="model_not_found",
+            )
+        return JSONResponse(self._model_card(name))
 
     async def status(self, request: Request) -> Response:
         """What the page shows of the server: the pair, the drafters, context, device."""
@@ -175,55 +183,69 @@ class Api:
             }
         )
 
-    async def chat_completions(self, request: Request) -> Response:
-        return await self._complete(request, "chat", parse_chat)
+    async def count_tokens(self, request: Request) -> Response:
+        """Anthropic's count_tokens: the prompt's tokens as the model's template writes them."""
+        body = parse_json(await _read_body(request, self.settings.max_body_bytes))
+        asked = anthropic.parse_count(body)
+        prompt = await run_in_threadpool(self._prompt_tokens, asked, self._tool_format(asked))
+        return JSONResponse({"input_tokens": len(prompt)})
 
-    async def completions(self, request: Request) -> Response:
-        return await self._complete(request, "text", parse_completion)
+    async def not_served(self, request: Request) -> Response:
+        """What an agent calls besides its API (event logging and the like): answered at
+        once, so that it never retries."""
+        log.debug("%s %s: answered with nothing", request.method, request.url.path)
+        return JSONResponse({})
 
     def routes(self) -> list[Route]:
+        answering = [
+            ("/v1/chat/completions", openai_chat.CHAT),
+            ("/v1/completions", openai_chat.COMPLETIONS),
+            ("/v1/responses", openai_responses.RESPONSES),
+            ("/v1/messages", anthropic.MESSAGES),
+        ]
         return [
             *page_routes(),
             Route("/health", _errors_as_json(self.health)),
             Route("/specllama/status", self._guarded(self.status)),
             Route("/v1/models", self._guarded(self.models)),
             Route("/v1/models/{model:path}", self._guarded(self.model)),
-            Route("/v1/chat/completions", self._guarded(self.chat_completions), methods=["POST"]),
-            Route("/v1/completions", self._guarded(self.completions), methods=["POST"]),
+            *[
+                Route(path, self._guarded(self._completion(wire), wire), methods=["POST"])
+                for path, wire in answering
+            ],
+            Route(
+                "/v1/messages/count_tokens",
+                self._guarded(self.count_tokens, anthropic.MESSAGES),
+                methods=["POST"],
+            ),
+            Route("/api/event_logging/batch", self.not_served, methods=["POST"]),
         ]
 
     # -- checks -----------------------------------------------------------------------------
 
-    def _guarded(self, handler: Handler) -> Handler:
+    def _guarded(self, handler: Handler, wire: Wire = openai_chat.CHAT) -> Handler:
         async def guarded(request: Request) -> Response:
             self._authorize(request)
             return await handler(request)
 
-        return _errors_as_json(guarded)
+        return _errors_as_json(guarded, wire.error_body)
 
     def _authorize(self, request: Request) -> None:
         expected = self.settings.api_key
         if expected is None:
             return
         scheme, _, given = request.headers.get("authorization", "").partition(" ")
+        bearer = given.strip() if scheme.lower() == "bearer" else None
+        key = request.headers.get("x-api-key")  # Anthropic's clients send the key so
         # Constant time: how long a wrong key takes must not tell how much of it was right.
-        if not (scheme.lower() == "bearer" and _same(given.strip(), expected)):
+        if not any(_same(sent, expected) for sent in (bearer, key) if sent is not None):
             raise ApiError(
                 401,
-                "Incorrect API key provided: send 'Authorization: Bearer KEY' with the key the "
-                "server was started with (--api-key or SPECLLAMA_API_KEY).",
+                "Incorrect API key provided: send 'Authorization: Bearer KEY' (or 'x-api-key: "
+                "KEY') with the key the server was started with (--api-key or "
+                "SPECLLAMA_API_KEY).",
                 code="invalid_api_key",
                 headers={"WWW-Authenticate": "Bearer"},
-            )
-
-    def _check_model(self, model: str) -> None:
-        if model != self.settings.model_id:
-            raise ApiError(
-                404,
-                f"The model '{model}' does not exist: this server serves "
-                f"'{self.settings.model_id}' (GET /v1/models).",
-                param="model",
-                code="model_not_found",
             )
 
     def _check_drafter(self, drafter: str | None) -> None:
@@ -237,17 +259,25 @@ class Api:
                 code="invalid_value",
             )
 
-    def _model_card(self) -> dict[str, object]:
-        card = {"id": self.settings.model_id, "object": "model", "created": self.created}
+    def _names(self) -> list[str]:
+        """The served model's names: its own, then the aliases."""
+        names = [self.settings.model_id, *self.settings.aliases]
+        return list(dict.fromkeys(names))
+
+    def _model_card(self, name: str) -> dict[str, object]:
+        card = {"id": name, "object": "model", "created": self.created}
         return {**card, "owned_by": "specllama"}
 
     # -- completions ------------------------------------------------------------------------
 
-    async def _complete(
-        self, request: Request, kind: str, parse: Callable[[dict], GenerationRequest]
-    ) -> Response:
-        asked = parse(parse_json(await _read_body(request, self.settings.max_body_bytes)))
-        self._check_model(asked.model)
+    def _completion(self, wire: Wire) -> Handler:
+        async def complete(request: Request) -> Response:
+            return await self._complete(request, wire)
+
+        return complete
+
+    async def _complete(self, request: Request, wire: Wire) -> Response:
+        asked = wire.parse(parse_json(await _read_body(request, self.settings.max_body_bytes)))
         self._check_drafter(asked.drafter)
         if self.queue.full():  # refused before the work of tokenising (submit checks again)
             raise self._busy()
@@ -272,17 +302,13 @@ class Api:
             self.queue.submit(job)
         except QueueFull:
             raise self._busy() from None
-        shape = Shape(
-            kind,
-            self.settings.model_id,
-            include_usage=asked.include_usage,
-            tool_format=prepared.tool_format,
-        )
+        served = Served(self.settings.model_id, prepared.tool_format, len(prompt))
+        answer = wire.answer(asked, served)
         if asked.stream:
             return StreamingResponse(
-                self._stream(job, shape), media_type="text/event-stream", headers=SSE_HEADERS
+                self._stream(job, answer, wire), media_type="text/event-stream", headers=SSE_HEADERS
             )
-        return JSONResponse(await self._collect(request, job, shape))
+        return JSONResponse(await self._collect(request, job, answer, wire))
 
     def _busy(self) -> ApiError:
         return ApiError(
@@ -374,27 +400,29 @@ class Api:
         room = n_ctx - n_prompt
         return room if asked.max_tokens is None else min(asked.max_tokens, room)
 
-    async def _stream(self, job: Job, shape: Shape) -> AsyncIterator[str]:
+    async def _stream(self, job: Job, answer: Answer, wire: Wire) -> AsyncIterator[str]:
         # On a client disconnect Starlette cancels this generator at its await: `finally`
         # then cancels the job, which stops at the next round.
         try:
-            for chunk in shape.opening_chunks():
-                yield _sse(chunk)
+            for event in answer.opening():
+                yield sse(event)
             async for output in job.outputs():
                 if isinstance(output, Text):
-                    for chunk in shape.text_chunks(output):
-                        yield _sse(chunk)
+                    events = answer.text(output)
                 elif isinstance(output, Done):
-                    self._report(shape, output)
-                    for chunk in shape.final_chunks(output):
-                        yield _sse(chunk)
-                else:  # headers are sent: the error goes in the stream, as OpenAI does
-                    yield _sse(_failure(output).body())
-            yield "data: [DONE]\n\n"
+                    self._report(wire, output)
+                    events = answer.final(output)
+                else:  # headers are sent: the error goes in the stream
+                    events = answer.failure(_failure(output))
+                for event in events:
+                    yield sse(event)
+            yield answer.closing()
         finally:
             self.queue.cancel(job)
 
-    async def _collect(self, request: Request, job: Job, shape: Shape) -> dict[str, object]:
+    async def _collect(
+        self, request: Request, job: Job, answer: Answer, wire: Wire
+    ) -> dict[str, object]:
         watcher = asyncio.create_task(_on_disconnect(request, lambda: self.queue.cancel(job)))
         try:
             pieces: list[str] = []
@@ -402,8 +430,8 @@ class Api:
                 if isinstance(output, Text):
                     pieces.append(output.text)
                 elif isinstance(output, Done):
-                    self._report(shape, output)
-                    return shape.whole("".join(pieces), output)
+                    self._report(wire, output)
+                    return answer.whole("".join(pieces), output)
                 else:
                     raise _failure(output)
             raise AssertionError("a job always ends with Done or Failed")
@@ -411,13 +439,13 @@ class Api:
             watcher.cancel()
             self.queue.cancel(job)
 
-    def _report(self, shape: Shape, done: Done) -> None:
+    def _report(self, wire: Wire, done: Done) -> None:
         s = done.stats
         accepted = f", accepted {s.acceptance_rate:.0%} of {s.n_drafted}" if s.n_drafted else ""
         log.info(
             "%s: %d tokens in %.2f s (%.1f tok/s), drafter %s%s, prompt %d tokens (%d cached), "
             "finish %s",
-            "chat" if shape.chat else "completion",
+            wire.name,
             s.n_generated,
             s.time_s,
             s.tokens_per_s,
@@ -444,10 +472,6 @@ def _file_facts(path: Path) -> dict[str, object]:
 def _same(given: str, expected: str) -> bool:
     # Starlette decodes header bytes as latin-1: encoding back gives the bytes as sent.
     return hmac.compare_digest(given.encode("latin-1"), expected.encode())
-
-
-def _sse(body: dict[str, object]) -> str:
-    return f"data: {json.dumps(body, separators=(',', ':'))}\n\n"
 
 
 def _failure(output: Failed) -> ApiError:
@@ -485,27 +509,31 @@ async def _on_disconnect(request: Request, then: Callable[[], None]) -> None:
     then()
 
 
-def _errors_as_json(handler: Handler) -> Handler:
-    """ApiError -> its status and OpenAI's error body; anything else -> 500 and a log line."""
+def _errors_as_json(
+    handler: Handler, envelope: Callable[[ApiError], dict[str, Any]] = ApiError.body
+) -> Handler:
+    """ApiError -> its status and the API's error body; anything else -> 500 and a log line."""
 
     async def answered(request: Request) -> Response:
         try:
             return await handler(request)
         except ApiError as exc:
-            return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+            return JSONResponse(envelope(exc), status_code=exc.status, headers=exc.headers)
         except Exception as exc:
             _log_unexpected(f"{request.method} {request.url.path}", exc)
             error = ApiError(500, f"Internal server error: {type(exc).__name__}")
-            return JSONResponse(error.body(), status_code=500)
+            return JSONResponse(envelope(error), status_code=500)
 
     return answered
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
-    """Starlette's own errors (unknown path 404, wrong method 405) in OpenAI's shape."""
+    """Starlette's own errors (unknown path 404, wrong method 405) in the API's shape."""
     assert isinstance(exc, HTTPException)
+    log.info("%s %s: %d", request.method, request.url.path, exc.status_code)
     error = ApiError(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}")
-    return JSONResponse(error.body(), status_code=exc.status_code, headers=exc.headers)
+    body = anthropic.envelope_for(request.url.path)(error)
+    return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
 
 
 def create_app(engine: Engine, queue: GenerationQueue, settings: Settings) -> Starlette:

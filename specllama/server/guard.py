@@ -22,7 +22,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from specllama.llama.rpc import is_loopback
-from specllama.server.requests import ApiError
+from specllama.server.anthropic import envelope_for
+from specllama.server.fields import ApiError
 
 log = logging.getLogger("specllama.server.app")
 
@@ -41,7 +42,9 @@ SECURITY_HEADERS = {
 }
 PREFLIGHT_HEADERS = {
     "Access-Control-Allow-Methods": "GET, POST, OPTIONS",
-    "Access-Control-Allow-Headers": "Authorization, Content-Type",
+    "Access-Control-Allow-Headers": (
+        "Authorization, Content-Type, x-api-key, anthropic-version, anthropic-beta"
+    ),
     "Access-Control-Max-Age": "600",
 }
 
@@ -100,7 +103,7 @@ class Guard:
         refusal = self._refusal(scope["method"], headers, origin, cross)
         if refusal is not None:
             log.warning("refused %s %s: %s", scope["method"], scope["path"], refusal.message)
-            await _error(refusal)(scope, receive, send)
+            await _error(refusal, scope["path"])(scope, receive, send)
             return
         extra = {"Access-Control-Allow-Origin": origin, "Vary": "Origin"} if cross else {}
         if cross and scope["method"] == "OPTIONS" and "access-control-request-method" in headers:
@@ -143,5 +146,6 @@ class Guard:
         return None
 
 
-def _error(error: ApiError) -> Response:
-    return JSONResponse(error.body(), status_code=error.status, headers=SECURITY_HEADERS)
+def _error(error: ApiError, path: str) -> Response:
+    body = envelope_for(path)(error)
+    return JSONResponse(body, status_code=error.status, headers=SECURITY_HEADERS)

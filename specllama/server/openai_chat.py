@@ -1,78 +1,53 @@
-"""OpenAI API requests, read and checked field by field, and the errors a client can get back.
+"""OpenAI's Chat Completions and text Completions: requests read field by field into the one
+request type, and answers written back, whole or as stream chunks.
 
-Every mistake a client can make is an ApiError: it renders as OpenAI's error body,
+Every mistake a client can make is refused in OpenAI's error body,
 {"error": {"message", "type", "param", "code"}}, with its HTTP status. A parameter specllama
-cannot honour (n > 1, logprobs, images...) is refused by name, never ignored: only its
-"off" value (null, false, 0, empty, n = 1) is accepted, as clients often send those.
+cannot honour (n > 1, logprobs, images...) is refused by name, never ignored: only its "off"
+value (null, false, 0, empty, n = 1) is accepted, as clients often send those.
 
 Function tools (`tools`, `tool_choice`, `parallel_tool_calls`, assistant `tool_calls` and
 `tool` messages) and output rules (`response_format`, and llama-server's `grammar`, GBNF) are
 read here into plain values; the server decides what the model's template makes of them.
+
+Each answer also carries a `specllama` object: what speculation did for it (drafted, accepted,
+acceptance rate, tokens/s, rounds, finish reason, prompt tokens reused from the KV cache). In a
+stream, each text chunk's `specllama` object holds the tokens that make up its text, each with
+its origin ("target", the drafter whose guess was accepted, or "grammar" for a token the output
+rule forced), and the figures so far. OpenAI clients ignore the field.
+
+When the request offers tools, the answer is read for calls in the model's own syntax
+(`specllama.tool_calls`): whole, into `message.tool_calls`; streamed, as OpenAI streams them
+(a call's first delta names it with empty arguments, the next carries the arguments). Text from
+where a call may begin is held back, so markup never reaches `content`; a chunk whose text is
+held carries its tokens with an empty delta.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
-import re
-from collections.abc import Callable
-from dataclasses import dataclass
+import time
+import uuid
 from typing import Any
 
 from specllama.chat import Message, ToolCall
 from specllama.engine.constraint import ConstraintSpec
-from specllama.engine.noise import SEED_LIMIT
-from specllama.engine.sampling import SamplingParams
-from specllama.tool_calls import Tool
+from specllama.server.fields import ApiError, Fields, Neutral, invalid_type, off, unsupported
+from specllama.server.queue import Done, Text
+from specllama.server.request import (
+    GenerationRequest,
+    check_choice,
+    extension,
+    function_name,
+    json_format,
+    sampling,
+    stops,
+    unique_tools,
+)
+from specllama.server.wire import Event, Served, Wire, specllama_stats
+from specllama.tool_calls import CallStream, Delta, Parsed, Tool, parse_answer
 
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # the OpenAI reference's default for /v1/completions
-# OpenAI allows 4 stop strings; editor plugins send more. Each costs checks on every token.
-MAX_STOPS = 32
-MAX_STOP_CHARS = 256
-RANDOM_SEED = -1  # llama.cpp's convention for "no seed", which some clients send
-FUNCTION_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")  # OpenAI's rule for function names
 TOOL_CHOICES = ("none", "auto", "required")
-
-
-class ApiError(Exception):
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        *,
-        param: str | None = None,
-        code: str | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.param = param
-        self.code = code
-        self.headers = headers or {}
-
-    @property
-    def type(self) -> str:
-        return "server_error" if self.status >= 500 else "invalid_request_error"
-
-    def body(self) -> dict[str, Any]:
-        error = {"message": self.message, "type": self.type, "param": self.param}
-        return {"error": {**error, "code": self.code}}
-
-
-def unsupported(param: str, what: str) -> ApiError:
-    return ApiError(
-        400, f"{what} is not supported by specllama", param=param, code="unsupported_parameter"
-    )
-
-
-def _off(value: object) -> bool:
-    """What a client sends for a feature it does not use."""
-    if isinstance(value, bool):
-        return not value
-    if isinstance(value, int | float):
-        return value == 0
-    return value is None or value in ("", [], {})
 
 
 def _one(value: object) -> bool:
@@ -80,22 +55,22 @@ def _one(value: object) -> bool:
 
 
 # OpenAI parameters specllama cannot honour, accepted only at their "off" value.
-NEUTRAL: dict[str, Callable[[object], bool]] = {
+NEUTRAL: Neutral = {
     "n": _one,
     "best_of": _one,
-    "frequency_penalty": _off,
-    "presence_penalty": _off,
-    "logit_bias": _off,
-    "logprobs": _off,
-    "top_logprobs": _off,
-    "echo": _off,
-    "suffix": _off,
-    "functions": _off,  # the deprecated form of tools
-    "function_call": lambda v: _off(v) or v in ("none", "auto"),
-    "modalities": lambda v: _off(v) or v == ["text"],
-    "audio": _off,
-    "reasoning_effort": _off,
-    "web_search_options": _off,
+    "frequency_penalty": off,
+    "presence_penalty": off,
+    "logit_bias": off,
+    "logprobs": off,
+    "top_logprobs": off,
+    "echo": off,
+    "suffix": off,
+    "functions": off,  # the deprecated form of tools
+    "function_call": lambda v: off(v) or v in ("none", "auto"),
+    "modalities": lambda v: off(v) or v == ["text"],
+    "audio": off,
+    "reasoning_effort": off,
+    "web_search_options": off,
 }
 ROLES = {
     "system": "system",
@@ -108,69 +83,14 @@ ROLES = {
 MESSAGE_NEUTRAL = ("refusal", "audio", "function_call", "annotations", "name")
 
 
-@dataclass(frozen=True)
-class GenerationRequest:
-    """What a chat or text completion request asks for, checked."""
-
-    model: str
-    max_tokens: int | None  # None: until the context is full
-    sampling: dict[str, Any]  # the SamplingParams fields the client set
-    stop: tuple[str, ...] = ()
-    stream: bool = False
-    include_usage: bool = False
-    messages: tuple[Message, ...] = ()  # chat
-    drafter: str | None = None  # specllama.drafter: who drafts this answer; None: the server's
-    prompt: str | None = None  # text completion
-    tools: tuple[Tool, ...] = ()
-    tool_choice: str = "auto"  # "auto", "none", "required", or "function": `forced_function`
-    forced_function: str | None = None
-    parallel_tool_calls: bool = True
-    # response_format (json_object, json_schema) or grammar (GBNF); `rule_param` names which
-    rule: ConstraintSpec | None = None
-    rule_param: str | None = None
-    # OpenAI's Predicted Outputs: the answer the client expects (an edited file), drafted from
-    prediction: str | None = None
-
-    @property
-    def uses_tools(self) -> bool:
-        """Whether the model is told of tools and its answer read for calls."""
-        return bool(self.tools) and self.tool_choice != "none"
-
-    @property
-    def forces_call(self) -> bool:
-        return self.uses_tools and self.tool_choice in ("required", "function")
-
-    def forced_tools(self) -> tuple[Tool, ...]:
-        """The tools a forced call may be to: the one named, or all of them."""
-        if self.tool_choice == "function":
-            return tuple(t for t in self.tools if t.name == self.forced_function)
-        return self.tools
-
-    def sampling_params(self, defaults: SamplingParams) -> SamplingParams:
-        """The server's defaults, with what the client set."""
-        return dataclasses.replace(defaults, **self.sampling)
-
-
-def parse_json(raw: bytes) -> dict[str, Any]:
-    try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ApiError(
-            400,
-            f"We could not parse the JSON body of your request: {exc}",
-            code="invalid_json",
-        ) from None
-    return _Fields(body).object
-
-
 def parse_chat(body: dict[str, Any]) -> GenerationRequest:
-    fields = _Fields(body)
+    fields = Fields(body, neutral=NEUTRAL)
     newer = fields.int("max_completion_tokens", minimum=1)
     older = fields.int("max_tokens", minimum=1)
     messages = _messages(fields.get("messages", list, "an array", required=True))
     tools = _tools(fields.get("tools", list, "an array"))
     choice, forced = _tool_choice(fields.get("tool_choice", (str, dict), "a string or an object"))
-    _check_choice(choice, forced, tools)
+    check_choice(choice, forced, tools, "tool_choice", "tool_choice.function.name")
     parallel = fields.get("parallel_tool_calls", bool, "a boolean")
     return _request(
         fields,
@@ -184,7 +104,7 @@ def parse_chat(body: dict[str, Any]) -> GenerationRequest:
 
 
 def parse_completion(body: dict[str, Any]) -> GenerationRequest:
-    fields = _Fields(body)
+    fields = Fields(body, neutral=NEUTRAL)
     max_tokens = fields.int("max_tokens", minimum=1)
     return _request(
         fields,
@@ -193,7 +113,7 @@ def parse_completion(body: dict[str, Any]) -> GenerationRequest:
     )
 
 
-def _request(fields: _Fields, **specific: Any) -> GenerationRequest:
+def _request(fields: Fields, **specific: Any) -> GenerationRequest:
     """The fields both endpoints share; then any field not read is refused."""
     stream = bool(fields.get("stream", bool, "a boolean"))
     options = fields.get("stream_options", dict, "an object")
@@ -206,16 +126,16 @@ def _request(fields: _Fields, **specific: Any) -> GenerationRequest:
         )
     include_usage = False
     if options is not None:
-        stream_options = _Fields(options, "stream_options")
+        stream_options = Fields(options, "stream_options")
         include_usage = bool(stream_options.get("include_usage", bool, "a boolean"))
         stream_options.refuse_unread()
     fields.get("user", str, "a string")  # an end-user id for abuse monitoring: no effect here
     rule, rule_param = _rule(fields)
     asked = GenerationRequest(
-        drafter=_extension(fields.get("specllama", dict, "an object")),
+        drafter=extension(fields.get("specllama", dict, "an object")),
         model=fields.get("model", str, "a string", required=True),
-        sampling=_sampling(fields),
-        stop=_stop(fields.get("stop", (str, list), "a string or an array of strings")),
+        sampling=sampling(fields),
+        stop=stops(fields.get("stop", (str, list), "a string or an array of strings"), "stop"),
         stream=stream,
         include_usage=include_usage,
         rule=rule,
@@ -224,29 +144,13 @@ def _request(fields: _Fields, **specific: Any) -> GenerationRequest:
         **specific,
     )
     fields.refuse_unread()
-    if asked.forces_call and rule is not None:
-        raise ApiError(
-            400,
-            f"'{rule_param}' cannot be combined with a forced tool call (tool_choice "
-            f"{json.dumps(asked.tool_choice if not asked.forced_function else 'function')}): "
-            "the answer is the call. Send one or the other.",
-            param=rule_param,
-            code="unsupported_combination",
-        )
-    if asked.uses_tools and rule_param == "grammar":
-        raise ApiError(
-            400,
-            "'grammar' cannot be combined with tools (unless tool_choice is \"none\").",
-            param="grammar",
-            code="unsupported_combination",
-        )
-    return asked
+    return asked.checked()
 
 
 # -- output rules ---------------------------------------------------------------------------
 
 
-def _rule(fields: _Fields) -> tuple[ConstraintSpec | None, str | None]:
+def _rule(fields: Fields) -> tuple[ConstraintSpec | None, str | None]:
     """response_format (text, json_object, json_schema) or grammar (GBNF): one rule at most."""
     grammar = fields.get("grammar", str, "a string")
     response_format = fields.get("response_format", dict, "an object")
@@ -264,23 +168,13 @@ def _rule(fields: _Fields) -> tuple[ConstraintSpec | None, str | None]:
 
 
 def _response_format(value: dict[str, Any]) -> ConstraintSpec | None:
-    fields = _Fields(value, "response_format")
+    fields = Fields(value, "response_format")
     kind = fields.get("type", str, "a string", required=True)
     spec = None
     if kind == "json_object":
         spec = ConstraintSpec("json_object")
     elif kind == "json_schema":
-        described = _Fields(
-            fields.get("json_schema", dict, "an object", required=True),
-            "response_format.json_schema",
-        )
-        described.get("name", str, "a string")
-        described.get("description", str, "a string")
-        described.get("strict", bool, "a boolean")  # always strict here: the schema is enforced
-        schema = described.get("schema", (dict, bool), "an object")
-        described.refuse_unread()
-        any_object = schema is None
-        spec = ConstraintSpec("json_object") if any_object else ConstraintSpec.json_schema(schema)
+        spec = json_format(fields.child("json_schema"), "schema")
     elif kind != "text":
         raise ApiError(
             400,
@@ -298,26 +192,22 @@ def _response_format(value: dict[str, Any]) -> ConstraintSpec | None:
 
 def _tools(items: list[Any] | None) -> tuple[Tool, ...]:
     tools = tuple(_tool(item, f"tools[{i}]") for i, item in enumerate(items or []))
-    names = [t.name for t in tools]
-    for i, name in enumerate(names):
-        if name in names[:i]:
-            raise ApiError(
-                400,
-                f"Invalid 'tools[{i}].function.name': the name {name!r} is given twice.",
-                param=f"tools[{i}].function.name",
-                code="invalid_value",
-            )
-    return tools
+    return unique_tools(tools, "tools[{i}].function.name")
 
 
 def _tool(item: object, where: str) -> Tool:
-    fields = _Fields(item, where)
+    fields = Fields(item, where)
     kind = fields.get("type", str, "a string", required=True)
     if kind != "function":
         raise unsupported(f"{where}.type", f"a tool of type {kind!r} (function tools only)")
-    function = _Fields(_required_object(fields, "function"), f"{where}.function")
+    function = fields.child("function")
     fields.refuse_unread()
-    name = _function_name(function, f"{where}.function.name")
+    return function_tool(function, f"{where}.function")
+
+
+def function_tool(function: Fields, where: str) -> Tool:
+    """A function as OpenAI describes one: name, description, parameters, strict."""
+    name = function_name(function, f"{where}.name")
     description = function.get("description", str, "a string")
     parameters = function.get("parameters", dict, "an object")
     strict = bool(function.get("strict", bool, "a boolean"))
@@ -325,19 +215,6 @@ def _tool(item: object, where: str) -> Tool:
     if parameters is None:
         parameters = {"type": "object", "properties": {}}
     return Tool(name, description, parameters, strict)
-
-
-def _function_name(fields: _Fields, where: str) -> str:
-    name = fields.get("name", str, "a string", required=True)
-    if not FUNCTION_NAME.fullmatch(name):
-        raise ApiError(
-            400,
-            f"Invalid '{where}': {name!r}; a function name is 1 to 64 letters, digits, "
-            "underscores or dashes.",
-            param=where,
-            code="invalid_value",
-        )
-    return name
 
 
 def _tool_choice(value: str | dict[str, Any] | None) -> tuple[str, str | None]:
@@ -353,60 +230,22 @@ def _tool_choice(value: str | dict[str, Any] | None) -> tuple[str, str | None]:
                 code="invalid_value",
             )
         return value, None
-    fields = _Fields(value, "tool_choice")
+    fields = Fields(value, "tool_choice")
     kind = fields.get("type", str, "a string", required=True)
     if kind != "function":
         raise unsupported("tool_choice.type", f"a tool choice of type {kind!r}")
-    function = _Fields(_required_object(fields, "function"), "tool_choice.function")
+    function = fields.child("function")
     fields.refuse_unread()
     name = function.get("name", str, "a string", required=True)
     function.refuse_unread()
     return "function", name
 
 
-def _required_object(fields: _Fields, name: str) -> dict[str, Any]:
-    return fields.get(name, dict, "an object", required=True)
-
-
-def _check_choice(choice: str, forced: str | None, tools: tuple[Tool, ...]) -> None:
-    if choice in ("required", "function") and not tools:
-        raise ApiError(
-            400,
-            "'tool_choice' asks for a tool call, but the request has no 'tools'.",
-            param="tool_choice",
-            code="invalid_value",
-        )
-    if forced is not None and forced not in {t.name for t in tools}:
-        raise ApiError(
-            400,
-            f"Invalid value for 'tool_choice.function.name': no tool is named {forced!r}.",
-            param="tool_choice.function.name",
-            code="invalid_value",
-        )
-
-
-def _sampling(fields: _Fields) -> dict[str, Any]:
-    """The SamplingParams fields a request sets, under their own names (top_k and min_p as
-    llama.cpp's server takes them), with OpenAI's ranges."""
-    chosen = {
-        "temperature": fields.number("temperature", minimum=0, maximum=2),
-        "top_p": fields.number("top_p", minimum=0, maximum=1),
-        "top_k": fields.int("top_k", minimum=0),
-        "min_p": fields.number("min_p", minimum=0, maximum=1, below_maximum=True),
-        "seed": fields.int("seed", minimum=RANDOM_SEED, maximum=SEED_LIMIT - 1),
-    }
-    if chosen["top_p"] == 0:  # the smallest set of tokens with mass 0: the likeliest alone
-        chosen.update(top_p=None, temperature=0.0)
-    if chosen["seed"] == RANDOM_SEED:
-        chosen["seed"] = None  # the server sets no seed of its own: random
-    return {k: v for k, v in chosen.items() if v is not None}
-
-
 def _prediction(value: dict[str, Any] | None) -> str | None:
     """OpenAI's `prediction`: {"type": "content", "content": text or text parts}."""
     if value is None:
         return None
-    fields = _Fields(value, "prediction")
+    fields = Fields(value, "prediction")
     kind = fields.get("type", str, "a string", required=True)
     if kind != "content":
         raise ApiError(
@@ -427,33 +266,7 @@ def _prediction(value: dict[str, Any] | None) -> str | None:
     return _text_content(content, "prediction.content") or None
 
 
-def _extension(value: dict[str, Any] | None) -> str | None:
-    """specllama's own request fields, {"drafter": "none"}: OpenAI clients send them as extra
-    body. "auto" (or nothing) is the server's own choice."""
-    if value is None:
-        return None
-    fields = _Fields(value, "specllama")
-    drafter = fields.get("drafter", str, "a string")
-    fields.refuse_unread()
-    return None if drafter in (None, "auto") else drafter
-
-
-def _stop(value: str | list[Any] | None) -> tuple[str, ...]:
-    stops = [value] if isinstance(value, str) else (value or [])
-    if len(stops) > MAX_STOPS:
-        message = f"At most {MAX_STOPS} stop strings are allowed."
-        raise ApiError(400, message, param="stop", code="invalid_value")
-    for i, stop in enumerate(stops):
-        if not isinstance(stop, str):
-            raise _invalid_type(f"stop[{i}]", "a string", stop)
-        if len(stop) > MAX_STOP_CHARS:
-            raise ApiError(
-                400,
-                f"A stop string may have at most {MAX_STOP_CHARS} characters.",
-                param=f"stop[{i}]" if isinstance(value, list) else "stop",
-                code="invalid_value",
-            )
-    return tuple(stops)
+# -- messages -------------------------------------------------------------------------------
 
 
 def _messages(items: list[Any]) -> tuple[Message, ...]:
@@ -465,7 +278,7 @@ def _messages(items: list[Any]) -> tuple[Message, ...]:
 
 
 def _message(item: object, where: str) -> Message:
-    fields = _Fields(item, where)
+    fields = Fields(item, where)
     role = fields.get("role", str, "a string", required=True)
     if role == "function":
         raise unsupported(f"{where}.role", "the 'function' role (send 'tool' messages)")
@@ -497,18 +310,18 @@ def _message(item: object, where: str) -> Message:
     return Message(ROLES[role], text, tool_calls=calls, tool_call_id=call_id)
 
 
-def _message_calls(fields: _Fields, where: str) -> tuple[ToolCall, ...]:
+def _message_calls(fields: Fields, where: str) -> tuple[ToolCall, ...]:
     """An assistant message's tool_calls: {id, type: "function", function: {name, arguments}}."""
     items = fields.get("tool_calls", list, "an array") or []
     calls = []
     for i, item in enumerate(items):
         at = f"{where}.tool_calls[{i}]"
-        call = _Fields(item, at)
+        call = Fields(item, at)
         call_id = call.get("id", str, "a string", required=True)
         kind = call.get("type", str, "a string") or "function"
         if kind != "function":
             raise unsupported(f"{at}.type", f"a tool call of type {kind!r}")
-        function = _Fields(_required_object(call, "function"), f"{at}.function")
+        function = call.child("function", f"{at}.function")
         call.refuse_unread()
         name = function.get("name", str, "a string", required=True)
         arguments = function.get("arguments", str, "a string") or "{}"
@@ -523,7 +336,7 @@ def _text_content(content: str | list[Any] | None, where: str) -> str:
         return content or ""
     texts = []
     for i, part in enumerate(content):
-        fields = _Fields(part, f"{where}[{i}]")
+        fields = Fields(part, f"{where}[{i}]")
         kind = fields.get("type", str, "a string", required=True)
         if kind != "text":
             raise unsupported(f"{where}[{i}]", f"content of type '{kind}' (text only)")
@@ -541,110 +354,164 @@ def _prompt(value: str | list[Any]) -> str:
         raise unsupported("prompt", "a prompt given as token ids")
     if len(value) > 1 and all(isinstance(v, str) for v in value):
         raise unsupported("prompt", "more than one prompt per request")
-    raise _invalid_type("prompt", "a string", value)
+    raise invalid_type("prompt", "a string", value)
 
 
-class _Fields:
-    """One JSON object's fields, read by type; each error names its parameter."""
-
-    def __init__(self, value: object, where: str = "") -> None:
-        if not isinstance(value, dict):
-            name = f"'{where}'" if where else "The request body"
-            raise ApiError(
-                400, f"{name} must be a JSON object", param=where or None, code="invalid_type"
-            )
-        self.object: dict[str, Any] = value
-        self._where = where
-        self.read: set[str] = set()
-
-    def _path(self, name: str) -> str:
-        return f"{self._where}.{name}" if self._where else name
-
-    def refuse_unread(self) -> None:
-        """Refuse every field not read, except OpenAI's parameters at their off value."""
-        for name, value in self.object.items():
-            if name in self.read:
-                continue
-            if name in NEUTRAL:
-                if NEUTRAL[name](value):
-                    continue
-                raise unsupported(self._path(name), f"'{name}' = {json.dumps(value)}")
-            raise ApiError(
-                400,
-                f"Unrecognized request argument supplied: {self._path(name)}",
-                param=self._path(name),
-                code="unknown_parameter",
-            )
-
-    def get(
-        self,
-        name: str,
-        kinds: type | tuple[type, ...],
-        expected: str,
-        *,
-        required: bool = False,
-    ) -> Any:
-        self.read.add(name)
-        value = self.object.get(name)
-        if value is None:
-            if required:
-                raise ApiError(
-                    400,
-                    f"Missing required parameter: '{self._path(name)}'.",
-                    param=self._path(name),
-                    code="missing_required_parameter",
-                )
-            return None
-        kinds = kinds if isinstance(kinds, tuple) else (kinds,)
-        # JSON true/false are Python ints too: only a boolean field takes them.
-        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
-            raise _invalid_type(self._path(name), expected, value)
-        return value
-
-    def int(self, name: str, *, minimum: int, maximum: int | None = None) -> int | None:
-        value = self.get(name, int, "an integer")
-        self._check_range(name, value, minimum, maximum)
-        return value
-
-    def number(
-        self, name: str, *, minimum: float, maximum: float, below_maximum: bool = False
-    ) -> float | None:
-        value = self.get(name, (int, float), "a number")
-        self._check_range(name, value, minimum, maximum, below_maximum)
-        return None if value is None else float(value)
-
-    def _check_range(
-        self,
-        name: str,
-        value: float | None,
-        minimum: float,
-        maximum: float | None = None,
-        below_maximum: bool = False,
-    ) -> None:
-        if value is None:
-            return
-        too_big = maximum is not None and (value >= maximum if below_maximum else value > maximum)
-        if value < minimum or too_big:
-            bound = f"at least {minimum}" if maximum is None else f"from {minimum} to {maximum}"
-            bound += " (exclusive)" if below_maximum else ""
-            raise ApiError(
-                400,
-                f"Invalid value for '{self._path(name)}': expected {bound}, but got {value}.",
-                param=self._path(name),
-                code="invalid_value",
-            )
+# -- answers ------------------------------------------------------------------------------------
 
 
-def _invalid_type(param: str, expected: str, value: object) -> ApiError:
-    return ApiError(
-        400,
-        f"Invalid type for '{param}': expected {expected}, but got {_json_type(value)} instead.",
-        param=param,
-        code="invalid_type",
-    )
+def usage(done: Done) -> dict[str, Any]:
+    stats = done.stats
+    n_prompt, n_completion = stats.n_prompt, stats.n_generated
+    counts = {
+        "prompt_tokens": n_prompt,
+        "completion_tokens": n_completion,
+        "total_tokens": n_prompt + n_completion,
+        "prompt_tokens_details": {"cached_tokens": done.n_prompt_reused},
+    }
+    if done.predicted is not None:  # Predicted Outputs, as OpenAI counts them
+        accepted, rejected = done.predicted
+        counts["completion_tokens_details"] = {
+            "accepted_prediction_tokens": accepted,
+            "rejected_prediction_tokens": rejected,
+        }
+    return counts
 
 
-def _json_type(value: object) -> str:
-    kinds = {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}
-    kinds |= {list: "an array", dict: "an object"}
-    return kinds.get(type(value), "null")
+class ChatAnswer:
+    """The bodies of one answer: a chat.completion or a text_completion."""
+
+    def __init__(self, asked: GenerationRequest, served: Served, *, chat: bool) -> None:
+        self.chat = chat
+        self.model = served.model
+        self.include_usage = asked.include_usage
+        self.tool_format = served.tool_format  # the answer is read for calls in this syntax
+        self._calls = CallStream(served.tool_format) if served.tool_format is not None else None
+        self.id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
+        self.created = int(time.time())
+
+    def _body(self, obj: str, choices: list[dict[str, Any]]) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "object": obj,
+            "created": self.created,
+            "model": self.model,
+            "choices": choices,
+        }
+
+    def _chunk(self, choices: list[dict[str, Any]]) -> Event:
+        body = self._body("chat.completion.chunk" if self.chat else "text_completion", choices)
+        if self.include_usage:  # as OpenAI: null in every chunk but the last
+            body["usage"] = None
+        return None, body
+
+    def _choice(self, text: str | None, finish_reason: str | None) -> dict[str, Any]:
+        if self.chat:
+            delta = {} if text is None else {"content": text}
+            return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+        return {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish_reason}
+
+    def opening(self) -> list[Event]:
+        """Chat streams begin by naming the role, before any text."""
+        if not self.chat:
+            return []
+        choice = self._choice("", None)
+        choice["delta"] = {"role": "assistant", **choice["delta"]}
+        return [self._chunk([choice])]
+
+    def text(self, output: Text) -> list[Event]:
+        """The chunks for a piece of the answer; its tokens and figures ride on the first."""
+        if self._calls is None:
+            chunks = [self._chunk([self._choice(output.text, None)])]
+        else:
+            chunks = [c for d in self._calls.feed(output.text) for c in self._delta_chunks(d)]
+            chunks = chunks or [self._chunk([self._choice(None, None)])]
+        chunks[0][1]["specllama"] = {
+            "tokens": [list(piece) for piece in output.pieces],
+            **output.progress,
+        }
+        return chunks
+
+    def _delta_chunks(self, delta: Delta) -> list[Event]:
+        """A content delta; or a call's two, as OpenAI streams a call: its index, id, type and
+        name with empty arguments, then the arguments."""
+        if delta.call is None:
+            return [self._chunk([self._choice(delta.content, None)])]
+        call, index = delta.call, delta.index
+        named = {"index": index, **_call_body(call)}
+        named["function"] = {"name": call.name, "arguments": ""}
+        arguments = {"index": index, "function": {"arguments": call.arguments}}
+        return [self._tool_chunk(named), self._tool_chunk(arguments)]
+
+    def _tool_chunk(self, call_delta: dict[str, Any]) -> Event:
+        choice = self._choice(None, None)
+        choice["delta"] = {"tool_calls": [call_delta]}
+        return self._chunk([choice])
+
+    def final(self, done: Done) -> list[Event]:
+        """Calls and text still held, the chunk with the finish reason (and the stats), then
+        usage if it was asked for."""
+        held: list[Event] = []
+        if self._calls is not None:
+            for delta in self._calls.finish():
+                held += self._delta_chunks(delta)
+        parsed = self._calls.result() if self._calls is not None else None
+        finish = self._chunk([self._choice(None, finish_reason(done, parsed))])
+        finish[1]["specllama"] = specllama_stats(done)
+        if not self.include_usage:
+            return [*held, finish]
+        last = self._chunk([])
+        last[1]["usage"] = usage(done)
+        return [*held, finish, last]
+
+    def failure(self, error: ApiError) -> list[Event]:
+        """Headers are sent: the error goes in the stream, as OpenAI does."""
+        return [(None, error.body())]
+
+    def closing(self) -> str:
+        return "data: [DONE]\n\n"
+
+    def whole(self, text: str, done: Done) -> dict[str, Any]:
+        parsed = None
+        if self.chat:
+            message: dict[str, Any] = {"role": "assistant", "content": text, "refusal": None}
+            if self.tool_format is not None:
+                parsed = parse_answer(self.tool_format, text)
+                message["content"] = parsed.content
+                if parsed.calls:
+                    message["tool_calls"] = [_call_body(call) for call in parsed.calls]
+            choice = {"index": 0, "message": message, "logprobs": None}
+            obj = "chat.completion"
+        else:
+            choice = {"index": 0, "text": text, "logprobs": None}
+            obj = "text_completion"
+        choice["finish_reason"] = finish_reason(done, parsed)
+        body = self._body(obj, [choice])
+        return {**body, "usage": usage(done), "specllama": specllama_stats(done)}
+
+
+def finish_reason(done: Done, parsed: Parsed | None) -> str:
+    """ "tool_calls" when the answer holds whole calls and no broken one; else the
+    generation's own reason (a call cut by max_tokens ends with "length", its text as content)."""
+    if parsed is not None and parsed.calls and not parsed.broken:
+        return "tool_calls"
+    return done.finish_reason
+
+
+def _call_body(call: ToolCall) -> dict[str, Any]:
+    function = {"name": call.name, "arguments": call.arguments}
+    return {"id": call.id, "type": "function", "function": function}
+
+
+CHAT = Wire(
+    "chat",
+    parse_chat,
+    lambda asked, served: ChatAnswer(asked, served, chat=True),
+    ApiError.body,
+)
+COMPLETIONS = Wire(
+    "completion",
+    parse_completion,
+    lambda asked, served: ChatAnswer(asked, served, chat=False),
+    ApiError.body,
+)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from specllama.engine.constraint import Grammar
 from specllama.engine.control import kind_of
 from specllama.engine.events import FinishEvent, RoundEvent, TokenEvent
+from specllama.engine.prediction import predicted_in
 from specllama.engine.sampling import SamplingParams
 from specllama.engine.stats import GenerationStats, LiveCounter
 from specllama.engine.stops import StopMatcher
@@ -69,6 +70,10 @@ class Text:
 class Done:
     stats: GenerationStats  # finish_reason: "stop", "stop_string", "length" or "context"
     n_prompt_reused: int  # prompt tokens found in the target's KV cache
+    stop_sequence: str | None = None  # the stop string that ended the answer
+    # The prediction's tokens that appear in the answer and those that do not (OpenAI's
+    # accepted and rejected prediction tokens); None: no prediction
+    predicted: tuple[int, int] | None = None
 
     @property
     def finish_reason(self) -> str:
@@ -231,6 +236,7 @@ def answer(engine: Engine, work: Work, cancelled: threading.Event) -> Iterator[O
     pieces: list[Piece] = []  # this round's tokens, as far as the stop strings let them out
     round_: RoundEvent | None = None
     to_come = 0  # this round's tokens not seen yet
+    written: list[int] = []  # the answer's tokens
     params = work.params.with_seed()  # drawn here, so that an answer cut short reports it too
     events = engine.generate(
         work.prompt,
@@ -250,6 +256,7 @@ def answer(engine: Engine, work: Work, cancelled: threading.Event) -> Iterator[O
                 round_, to_come = event, event.n_accepted + 1  # accepted drafts + the target's
             elif isinstance(event, TokenEvent):
                 counter.on_token()
+                written.append(event.token)
                 to_come -= 1
                 assert round_ is not None, "a round comes before its tokens"
                 piece = text.feed(event.token)
@@ -278,7 +285,11 @@ def answer(engine: Engine, work: Work, cancelled: threading.Event) -> Iterator[O
     if pieces:
         yield Text(pieces, _progress(counter, round_))
     stats.n_prompt = len(work.prompt)
-    yield Done(stats, reused)
+    predicted = None
+    if work.prediction is not None:
+        found = predicted_in(work.prediction, written)
+        predicted = (found, len(work.prediction) - found)
+    yield Done(stats, reused, stops.matched, predicted)
 
 
 def _has_text(pieces: list[Piece]) -> bool:

@@ -64,6 +64,19 @@ def test_a_wrong_prediction_costs_drafts_never_the_answer(ngram_server):
     assert details.accepted_prediction_tokens < 10
 
 
+def test_a_prediction_drafted_by_the_memory_first_still_counts_as_openai_does(ngram_server):
+    """The same request again, with its answer as the prediction: the memory drafts the answer
+    before the prediction can, and every token of the prediction is in the answer all the
+    same (OpenAI counts what appears, not who drafted it)."""
+    ask = "Name three colours of the rainbow."
+    expected, n_generated = reference(ask, 24)
+    predicted(ngram_server, ask, "", max_tokens=24)  # into the memory
+    text, details = predicted(ngram_server, ask, expected, max_tokens=24)
+    assert text == expected
+    assert details.accepted_prediction_tokens >= n_generated - 1  # a token may split at its end
+    assert details.rejected_prediction_tokens <= 1
+
+
 def test_a_prediction_of_another_type_is_refused_by_name(ngram_server):
     status, _, body = ngram_server.request(
         "POST",

@@ -10,7 +10,8 @@ import pytest
 from specllama.chat import Message, ToolCall
 from specllama.engine.constraint import ConstraintSpec
 from specllama.engine.sampling import SamplingParams
-from specllama.server.requests import ApiError, parse_chat, parse_completion, parse_json
+from specllama.server.fields import ApiError, parse_json
+from specllama.server.openai_chat import parse_chat, parse_completion
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}

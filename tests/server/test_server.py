@@ -46,7 +46,7 @@ def server(smol_f32: Path, smol_q4: Path, tmp_path_factory) -> Iterator[Server]:
     """One server for the module: fixed draft length (the draft model drafts every round),
     one generation and one waiting request at most, the key from the environment."""
     extra = ["--draft", str(smol_q4), "--fixed", "--draft-max", "4", "--queue", "1"]
-    extra += ["--allow-host", "proxy.test"]
+    extra += ["--allow-host", "proxy.test", "--alias", "local-coder", "--alias", "gpt-4o-mini"]
     yield from serve(smol_f32, extra, tmp_path_factory.mktemp("serve") / "stderr.txt")
 
 
@@ -61,10 +61,19 @@ def assert_reference_answer(server: Server, prompt: str = PROMPT, max_tokens: in
 # -- answers ------------------------------------------------------------------------------------
 
 
-def test_models_lists_the_served_model(server: Server):
+def test_models_lists_the_served_model_and_its_aliases(server: Server):
     models = server.client().models.list()
-    assert [m.id for m in models.data] == [server.model]
-    assert server.client().models.retrieve(server.model).id == server.model
+    assert [m.id for m in models.data] == [server.model, "local-coder", "gpt-4o-mini"]
+    assert server.client().models.retrieve("local-coder").id == "local-coder"
+
+
+def test_a_request_for_any_model_is_answered_by_the_served_one(server: Server):
+    """Agents send their own model names (for main and side requests): all are answered."""
+    answer = server.client().chat.completions.create(
+        model="claude-haiku-4-5", messages=[{"role": "user", "content": PROMPT}], max_tokens=24
+    )
+    assert answer.model == server.model
+    assert answer.choices[0].message.content == reference(PROMPT, 24)[0]
 
 
 def test_greedy_chat_equals_run_with_the_target_alone(server: Server):
@@ -378,7 +387,6 @@ def test_every_error_has_its_status_and_shape_and_the_next_answer_is_right(serve
     cases = [
         (malformed, 400, "invalid_json", None),
         (post(max_tokens="ten"), 400, "invalid_type", "max_tokens"),
-        (post(model="gpt-4o"), 404, "model_not_found", "model"),
         (post(n=2), 400, "unsupported_parameter", "n"),
         (post(logprobs=True), 400, "unsupported_parameter", "logprobs"),
         (post(tools=tools), 400, "tools_not_supported", "tools"),  # SmolLM2's template

@@ -1,0 +1,432 @@
+"""Anthropic's Messages API (`POST /v1/messages`, `/v1/messages/count_tokens`), as Claude Code
+and the anthropic SDK speak it: requests read into the one request type, answers written back
+as a `message`, whole or as its event stream, and errors in Anthropic's envelope,
+{"type": "error", "error": {"type", "message"}}.
+
+A conversation's blocks become the chat template's messages: text joins into one message per
+turn; an assistant's `tool_use` blocks are its tool calls and a user's `tool_result` blocks the
+tool messages before its text (as OpenAI's tool messages, which the templates know); thinking
+blocks passed back are dropped, as the templates drop earlier reasoning. Images and documents
+are refused by name. Fields current clients send that mean nothing here (`cache_control`,
+`metadata`, `service_tier`, `output_config`, `context_management`, `thinking`) are accepted and
+ignored; any other unknown field is refused, as Anthropic's API refuses it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from specllama.chat import Message, ToolCall
+from specllama.server.fields import ApiError, Fields, off, unsupported
+from specllama.server.queue import Done, Text
+from specllama.server.request import (
+    GenerationRequest,
+    check_choice,
+    extension,
+    sampling,
+    stops,
+    unique_tools,
+)
+from specllama.server.wire import Event, Served, Wire, specllama_stats
+from specllama.tool_calls import CallStream, Delta, Parsed, Tool, parse_answer
+
+PATH = "/v1/messages"
+ROLES = ("user", "assistant", "system")  # "system" mid-conversation: Claude Code sends it
+TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,128}")  # Anthropic's rule for tool names
+TOOL_CHOICES = {"auto": "auto", "any": "required", "tool": "function", "none": "none"}
+# Request fields without a local meaning: prompt caching is automatic here (the KV cache and
+# the memory), there is no billing or tier, and the context is managed by the client.
+IGNORED = ("metadata", "service_tier", "output_config", "context_management", "thinking")
+NEUTRAL = {"mcp_servers": off, "container": off}
+BLOCK_IGNORED = ("cache_control", "citations")
+TOOL_IGNORED = ("cache_control", "defer_loading", "strict", "input_examples")
+# Claude Code's first system block carries its billing stamp, which changes with every request
+# (cch=...): metadata for Anthropic's servers, and a prompt that is new each time to a cache.
+BILLING_HEADER = "x-anthropic-billing-header:"
+ERROR_TYPES = {
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    503: "overloaded_error",
+}
+
+
+def error_body(error: ApiError) -> dict[str, Any]:
+    default = "api_error" if error.status >= 500 else "invalid_request_error"
+    kind = ERROR_TYPES.get(error.status, default)
+    return {"type": "error", "error": {"type": kind, "message": error.message}}
+
+
+def envelope_for(path: str) -> Callable[[ApiError], dict[str, Any]]:
+    """The error envelope of the API a path belongs to."""
+    return error_body if path.startswith(PATH) else ApiError.body
+
+
+# -- requests -----------------------------------------------------------------------------------
+
+
+def parse_messages(body: dict[str, Any]) -> GenerationRequest:
+    fields = Fields(body, neutral=NEUTRAL)
+    if fields.object.get("max_tokens") is None:
+        raise ApiError(
+            400,
+            "max_tokens: Field required (the Messages API asks every request for its limit).",
+            param="max_tokens",
+            code="missing_required_parameter",
+        )
+    return _conversation(
+        fields,
+        max_tokens=fields.int("max_tokens", minimum=1),
+        stream=bool(fields.get("stream", bool, "a boolean")),
+    )
+
+
+def parse_count(body: dict[str, Any]) -> GenerationRequest:
+    """count_tokens: a Messages request without max_tokens, stream or sampling."""
+    return _conversation(Fields(body, neutral=NEUTRAL), max_tokens=None)
+
+
+def _conversation(fields: Fields, **specific: Any) -> GenerationRequest:
+    system = _system(fields.get("system", (str, list), "a string or an array of text blocks"))
+    turns = _messages(fields.get("messages", list, "an array", required=True))
+    tools = _tools(fields.get("tools", list, "an array"))
+    choice, forced, parallel = _tool_choice(fields.get("tool_choice", dict, "an object"))
+    check_choice(choice, forced, tools, "tool_choice", "tool_choice.name")
+    fields.read.update(IGNORED)
+    asked = GenerationRequest(
+        model=fields.get("model", str, "a string", required=True),
+        sampling=sampling(fields),
+        stop=stops(fields.get("stop_sequences", list, "an array of strings"), "stop_sequences"),
+        messages=(*system, *turns),
+        drafter=extension(fields.get("specllama", dict, "an object")),
+        tools=tools,
+        tool_choice=choice,
+        forced_function=forced,
+        parallel_tool_calls=parallel,
+        **specific,
+    )
+    fields.refuse_unread()
+    return asked.checked()
+
+
+def _system(value: str | list[Any] | None) -> tuple[Message, ...]:
+    if value is None:
+        return ()
+    blocks = [value] if isinstance(value, str) else _texts(value, "system")
+    text = "\n".join(b for b in blocks if not b.startswith(BILLING_HEADER))
+    return (Message("system", text),) if text else ()
+
+
+def _texts(blocks: list[Any], where: str) -> list[str]:
+    """Text blocks (a system prompt, a tool's result): their texts."""
+    texts = []
+    for i, item in enumerate(blocks):
+        block = Fields(item, f"{where}[{i}]")
+        kind = block.get("type", str, "a string", required=True)
+        if kind != "text":
+            raise _not_text(kind, f"{where}[{i}].type")
+        texts.append(_text(block))
+    return texts
+
+
+def _text(block: Fields) -> str:
+    text = block.get("text", str, "a string", required=True)
+    block.read.update(BLOCK_IGNORED)
+    block.refuse_unread()
+    return text
+
+
+def _not_text(kind: str, param: str) -> ApiError:
+    if kind in ("image", "document", "search_result"):
+        return unsupported(param, f"content of type '{kind}' (the models served read text only)")
+    return ApiError(
+        400,
+        f"Invalid value for '{param}': {kind!r}; expected 'text' here.",
+        param=param,
+        code="invalid_value",
+    )
+
+
+def _messages(items: list[Any]) -> list[Message]:
+    if not items:
+        raise ApiError(
+            400, "'messages' must hold at least one message", param="messages", code="invalid_value"
+        )
+    messages: list[Message] = []
+    called: set[str] = set()  # the ids of the tool_use blocks so far
+    for i, item in enumerate(items):
+        fields = Fields(item, f"messages[{i}]")
+        role = fields.get("role", str, "a string", required=True)
+        if role not in ROLES:
+            raise ApiError(
+                400,
+                f"Invalid value for 'messages[{i}].role': {role!r}; expected user or assistant.",
+                param=f"messages[{i}].role",
+                code="invalid_value",
+            )
+        content = fields.get(
+            "content", (str, list), "a string or an array of blocks", required=True
+        )
+        fields.refuse_unread()
+        if isinstance(content, str):
+            messages.append(Message(role, content))
+        else:
+            messages += _turn(role, content, f"messages[{i}].content", called)
+    return messages
+
+
+def _turn(role: str, blocks: list[Any], where: str, called: set[str]) -> list[Message]:
+    """One turn's blocks: the tool results it carries, then its text (and an assistant's
+    calls) as one message."""
+    texts: list[str] = []
+    calls: list[ToolCall] = []
+    results: list[Message] = []
+    for j, item in enumerate(blocks):
+        at = f"{where}[{j}]"
+        block = Fields(item, at)
+        kind = block.get("type", str, "a string", required=True)
+        if kind == "text":
+            texts.append(_text(block))
+        elif kind == "tool_use" and role == "assistant":
+            calls.append(_tool_use(block))
+            called.add(calls[-1].id)
+        elif kind == "tool_result" and role == "user":
+            results.append(_tool_result(block, at, called))
+        elif kind in ("thinking", "redacted_thinking") and role == "assistant":
+            continue  # earlier reasoning: the templates leave it out too
+        elif kind in ("tool_use", "tool_result", "thinking", "redacted_thinking"):
+            raise ApiError(
+                400,
+                f"A '{kind}' block cannot be in a {role} message ('{at}').",
+                param=f"{at}.type",
+                code="invalid_value",
+            )
+        else:
+            raise _unknown_block(kind, f"{at}.type")
+    turn = [Message(role, "\n".join(texts), tool_calls=tuple(calls))] if texts or calls else []
+    return results + turn
+
+
+def _unknown_block(kind: str, param: str) -> ApiError:
+    if kind in ("image", "document", "search_result"):
+        return _not_text(kind, param)
+    return ApiError(
+        400,
+        f"Invalid value for '{param}': {kind!r}; expected one of text, tool_use, tool_result, "
+        "thinking, redacted_thinking.",
+        param=param,
+        code="invalid_value",
+    )
+
+
+def _tool_use(block: Fields) -> ToolCall:
+    call_id = block.get("id", str, "a string", required=True)
+    name = block.get("name", str, "a string", required=True)
+    arguments = block.get("input", dict, "an object", required=True)
+    block.read.update(BLOCK_IGNORED)
+    block.refuse_unread()
+    return ToolCall(call_id, name, json.dumps(arguments, ensure_ascii=False))
+
+
+def _tool_result(block: Fields, where: str, called: set[str]) -> Message:
+    call_id = block.get("tool_use_id", str, "a string", required=True)
+    if call_id not in called:
+        raise ApiError(
+            400,
+            f"'{where}.tool_use_id' is {call_id!r}, but no tool_use block before it has that id.",
+            param=f"{where}.tool_use_id",
+            code="invalid_value",
+        )
+    content = block.get("content", (str, list), "a string or an array of text blocks")
+    texts = (
+        [content or ""] if not isinstance(content, list) else _texts(content, f"{where}.content")
+    )
+    failed = block.get("is_error", bool, "a boolean")
+    block.read.update(BLOCK_IGNORED)
+    block.refuse_unread()
+    text = "\n".join(texts)
+    # The templates have no place for a failure: the result says so itself.
+    return Message("tool", f"Error: {text}" if failed else text, tool_call_id=call_id)
+
+
+def _tools(items: list[Any] | None) -> tuple[Tool, ...]:
+    tools = tuple(_tool(item, f"tools[{i}]") for i, item in enumerate(items or []))
+    return unique_tools(tools, "tools[{i}].name")
+
+
+def _tool(item: object, where: str) -> Tool:
+    fields = Fields(item, where)
+    kind = fields.get("type", str, "a string")
+    if kind not in (None, "custom"):
+        raise unsupported(f"{where}.type", f"Anthropic's server tool {kind!r} (custom tools only)")
+    name = fields.get("name", str, "a string", required=True)
+    if not TOOL_NAME.fullmatch(name):
+        raise ApiError(
+            400,
+            f"Invalid '{where}.name': {name!r}; a tool name is 1 to 128 letters, digits, "
+            "underscores or dashes.",
+            param=f"{where}.name",
+            code="invalid_value",
+        )
+    description = fields.get("description", str, "a string")
+    schema = fields.get("input_schema", dict, "an object", required=True)
+    fields.read.update(TOOL_IGNORED)
+    fields.refuse_unread()
+    return Tool(name, description, schema)
+
+
+def _tool_choice(value: dict[str, Any] | None) -> tuple[str, str | None, bool]:
+    """(choice, the tool it forces, whether calls may be parallel)."""
+    if value is None:
+        return "auto", None, True
+    fields = Fields(value, "tool_choice")
+    kind = fields.get("type", str, "a string", required=True)
+    if kind not in TOOL_CHOICES:
+        raise ApiError(
+            400,
+            f"Invalid value for 'tool_choice.type': {kind!r}; expected one of "
+            f"{', '.join(TOOL_CHOICES)}.",
+            param="tool_choice.type",
+            code="invalid_value",
+        )
+    name = fields.get("name", str, "a string", required=kind == "tool")
+    single = fields.get("disable_parallel_tool_use", bool, "a boolean")
+    fields.refuse_unread()
+    return TOOL_CHOICES[kind], name if kind == "tool" else None, not single
+
+
+# -- answers ------------------------------------------------------------------------------------
+
+
+def usage(done: Done) -> dict[str, Any]:
+    reused = done.n_prompt_reused
+    return {
+        "input_tokens": done.stats.n_prompt - reused,  # as Anthropic counts: not read from cache
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": reused,
+        "output_tokens": done.stats.n_generated,
+    }
+
+
+def stop_reason(done: Done, parsed: Parsed | None) -> str:
+    if parsed is not None and parsed.calls and not parsed.broken:
+        return "tool_use"
+    if done.stop_sequence is not None:
+        return "stop_sequence"
+    return "max_tokens" if done.finish_reason == "length" else "end_turn"
+
+
+class MessageAnswer:
+    """A `message`, whole or as its events: message_start, ping, each content block's start,
+    deltas (text_delta, input_json_delta) and stop, message_delta, message_stop."""
+
+    def __init__(self, asked: GenerationRequest, served: Served) -> None:
+        self.id = f"msg_{uuid.uuid4().hex[:24]}"
+        self.model = served.model
+        self.n_prompt = served.n_prompt
+        self.tool_format = served.tool_format
+        self._calls = CallStream(served.tool_format) if served.tool_format is not None else None
+        self._index = -1  # the last block's index
+        self._open = False  # whether that block is still open
+
+    def _message(self, content: list[dict[str, Any]], **ending: Any) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "type": "message",
+            "role": "assistant",
+            "model": self.model,
+            "content": content,
+            "stop_reason": None,
+            "stop_sequence": None,
+            **ending,
+        }
+
+    def opening(self) -> list[Event]:
+        start = self._message([], usage={"input_tokens": self.n_prompt, "output_tokens": 0})
+        return [
+            ("message_start", {"type": "message_start", "message": start}),
+            ("ping", {"type": "ping"}),
+        ]
+
+    def text(self, output: Text) -> list[Event]:
+        if self._calls is None:
+            return self._events([Delta(content=output.text)])
+        return self._events(self._calls.feed(output.text))
+
+    def _events(self, deltas: list[Delta]) -> list[Event]:
+        events: list[Event] = []
+        for delta in deltas:
+            if delta.call is not None:
+                call = delta.call
+                events += self._start({"type": "tool_use", "id": call.id, "name": call.name})
+                events.append(
+                    self._delta({"type": "input_json_delta", "partial_json": call.arguments})
+                )
+                events += self._stop()
+            elif delta.content:
+                if not self._open:
+                    events += self._start({"type": "text", "text": ""})
+                events.append(self._delta({"type": "text_delta", "text": delta.content}))
+        return events
+
+    def _start(self, block: dict[str, Any]) -> list[Event]:
+        if block["type"] == "tool_use":
+            block["input"] = {}
+        events = self._stop()
+        self._index += 1
+        self._open = True
+        start = {"type": "content_block_start", "index": self._index, "content_block": block}
+        return [*events, ("content_block_start", start)]
+
+    def _delta(self, delta: dict[str, Any]) -> Event:
+        data = {"type": "content_block_delta", "index": self._index, "delta": delta}
+        return "content_block_delta", data
+
+    def _stop(self) -> list[Event]:
+        if not self._open:
+            return []
+        self._open = False
+        return [("content_block_stop", {"type": "content_block_stop", "index": self._index})]
+
+    def final(self, done: Done) -> list[Event]:
+        events = self._events(self._calls.finish()) if self._calls is not None else []
+        parsed = self._calls.result() if self._calls is not None else None
+        ending = {"stop_reason": stop_reason(done, parsed), "stop_sequence": done.stop_sequence}
+        delta = {"type": "message_delta", "delta": ending, "usage": usage(done)}
+        delta["specllama"] = specllama_stats(done)
+        return [
+            *events,
+            *self._stop(),
+            ("message_delta", delta),
+            ("message_stop", {"type": "message_stop"}),
+        ]
+
+    def failure(self, error: ApiError) -> list[Event]:
+        return [("error", error_body(error))]
+
+    def closing(self) -> str:
+        return ""
+
+    def whole(self, text: str, done: Done) -> dict[str, Any]:
+        parsed = parse_answer(self.tool_format, text) if self.tool_format is not None else None
+        said = parsed.content if parsed is not None else text
+        content: list[dict[str, Any]] = [{"type": "text", "text": said}] if said else []
+        for call in parsed.calls if parsed is not None else []:
+            use = {"type": "tool_use", "id": call.id, "name": call.name}
+            content.append({**use, "input": json.loads(call.arguments)})
+        message = self._message(
+            content,
+            stop_reason=stop_reason(done, parsed),
+            stop_sequence=done.stop_sequence,
+            usage=usage(done),
+        )
+        return {**message, "specllama": specllama_stats(done)}
+
+
+MESSAGES = Wire("messages", parse_messages, MessageAnswer, error_body)

@@ -1,0 +1,182 @@
+"""A JSON request read field by field, and the error a client gets when a field is wrong.
+
+Every mistake a client can make is an ApiError: its HTTP status, a message that names the
+parameter, and a code; each wire format writes it in its own envelope (OpenAI's
+{"error": {...}}, Anthropic's {"type": "error", "error": {...}}). A parameter specllama cannot
+honour is refused by name, never ignored: only its "off" value (null, false, 0, empty, n = 1)
+is accepted, as clients often send those.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+Neutral = dict[str, Callable[[object], bool]]  # a parameter -> whether a value of it is "off"
+
+
+class ApiError(Exception):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.code = code
+        self.headers = headers or {}
+
+    @property
+    def type(self) -> str:
+        return "server_error" if self.status >= 500 else "invalid_request_error"
+
+    def body(self) -> dict[str, Any]:
+        """OpenAI's envelope, which every API but Anthropic's uses."""
+        error = {"message": self.message, "type": self.type, "param": self.param}
+        return {"error": {**error, "code": self.code}}
+
+
+def unsupported(param: str, what: str) -> ApiError:
+    return ApiError(
+        400, f"{what} is not supported by specllama", param=param, code="unsupported_parameter"
+    )
+
+
+def off(value: object) -> bool:
+    """What a client sends for a feature it does not use."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int | float):
+        return value == 0
+    return value is None or value in ("", [], {})
+
+
+def parse_json(raw: bytes) -> dict[str, Any]:
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ApiError(
+            400,
+            f"We could not parse the JSON body of your request: {exc}",
+            code="invalid_json",
+        ) from None
+    return Fields(body).object
+
+
+class Fields:
+    """One JSON object's fields, read by type; each error names its parameter."""
+
+    def __init__(self, value: object, where: str = "", neutral: Neutral | None = None) -> None:
+        if not isinstance(value, dict):
+            name = f"'{where}'" if where else "The request body"
+            raise ApiError(
+                400, f"{name} must be a JSON object", param=where or None, code="invalid_type"
+            )
+        self.object: dict[str, Any] = value
+        self._where = where
+        self.read: set[str] = set()
+        self._neutral = neutral or {}
+
+    def child(self, name: str, where: str | None = None) -> Fields:
+        """The object in field `name` (required), to read in its turn."""
+        value = self.get(name, dict, "an object", required=True)
+        return Fields(value, where or self._path(name))
+
+    def _path(self, name: str) -> str:
+        return f"{self._where}.{name}" if self._where else name
+
+    def refuse_unread(self) -> None:
+        """Refuse every field not read, except the API's parameters at their off value."""
+        for name, value in self.object.items():
+            if name in self.read:
+                continue
+            if name in self._neutral:
+                if self._neutral[name](value):
+                    continue
+                raise unsupported(self._path(name), f"'{name}' = {json.dumps(value)}")
+            raise ApiError(
+                400,
+                f"Unrecognized request argument supplied: {self._path(name)}",
+                param=self._path(name),
+                code="unknown_parameter",
+            )
+
+    def get(
+        self,
+        name: str,
+        kinds: type | tuple[type, ...],
+        expected: str,
+        *,
+        required: bool = False,
+    ) -> Any:
+        self.read.add(name)
+        value = self.object.get(name)
+        if value is None:
+            if required:
+                raise ApiError(
+                    400,
+                    f"Missing required parameter: '{self._path(name)}'.",
+                    param=self._path(name),
+                    code="missing_required_parameter",
+                )
+            return None
+        kinds = kinds if isinstance(kinds, tuple) else (kinds,)
+        # JSON true/false are Python ints too: only a boolean field takes them.
+        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+            raise invalid_type(self._path(name), expected, value)
+        return value
+
+    def int(self, name: str, *, minimum: int, maximum: int | None = None) -> int | None:
+        value = self.get(name, int, "an integer")
+        self._check_range(name, value, minimum, maximum)
+        return value
+
+    def number(
+        self, name: str, *, minimum: float, maximum: float, below_maximum: bool = False
+    ) -> float | None:
+        value = self.get(name, (int, float), "a number")
+        self._check_range(name, value, minimum, maximum, below_maximum)
+        return None if value is None else float(value)
+
+    def _check_range(
+        self,
+        name: str,
+        value: float | None,
+        minimum: float,
+        maximum: float | None = None,
+        below_maximum: bool = False,
+    ) -> None:
+        if value is None:
+            return
+        too_big = maximum is not None and (value >= maximum if below_maximum else value > maximum)
+        if value < minimum or too_big:
+            bound = f"at least {minimum}" if maximum is None else f"from {minimum} to {maximum}"
+            bound += " (exclusive)" if below_maximum else ""
+            raise ApiError(
+                400,
+                f"Invalid value for '{self._path(name)}': expected {bound}, but got {value}.",
+                param=self._path(name),
+                code="invalid_value",
+            )
+
+
+def invalid_type(param: str, expected: str, value: object) -> ApiError:
+    return ApiError(
+        400,
+        f"Invalid type for '{param}': expected {expected}, but got {_json_type(value)} instead.",
+        param=param,
+        code="invalid_type",
+    )
+
+
+def _json_type(value: object) -> str:
+    kinds = {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}
+    kinds |= {list: "an array", dict: "an object"}
+    return kinds.get(type(value), "null")

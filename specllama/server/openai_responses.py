@@ -1,0 +1,431 @@
+"""OpenAI's Responses API (`POST /v1/responses`), as Codex CLI and the openai SDK speak it:
+requests read into the one request type, answers written back as a `response` object, whole or
+as its event stream (response.created, response.output_item.added, response.output_text.delta,
+response.function_call_arguments.delta, ..., response.completed).
+
+Stateless: nothing is stored (`store` is accepted either way), so a `previous_response_id` is
+refused by name; a client sends the whole conversation in `input`, as Codex does. Input items:
+messages (text parts), `function_call` and `function_call_output` items (an assistant's calls
+and their results), and `reasoning` items passed back (dropped: the templates leave earlier
+reasoning out). Tools of other types than `function` (web_search, namespaces and the like run
+on OpenAI's side) are left out of what the model is told, with a line in the log.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+import uuid
+from typing import Any
+
+from specllama.chat import Message, ToolCall
+from specllama.engine.constraint import ConstraintSpec
+from specllama.server.fields import ApiError, Fields, off, unsupported
+from specllama.server.openai_chat import function_tool
+from specllama.server.queue import Done, Text
+from specllama.server.request import (
+    GenerationRequest,
+    check_choice,
+    extension,
+    json_format,
+    sampling,
+    unique_tools,
+)
+from specllama.server.wire import Event, Served, Wire, specllama_stats
+from specllama.tool_calls import CallStream, Delta, Parsed, Tool, parse_answer
+
+log = logging.getLogger("specllama.server.app")
+
+ROLES = {"user": "user", "system": "system", "developer": "system", "assistant": "assistant"}
+TOOL_CHOICES = ("none", "auto", "required")
+ITEMS = ("message", "function_call", "function_call_output", "reasoning")
+# Fields without a local meaning: nothing is stored, reasoning is the model's own, caching is
+# automatic here.
+IGNORED = (
+    "store",
+    "include",
+    "reasoning",
+    "prompt_cache_key",
+    "prompt_cache_retention",
+    "client_metadata",
+    "metadata",
+    "user",
+    "safety_identifier",
+    "service_tier",
+)
+NEUTRAL = {
+    "top_logprobs": off,
+    "background": off,
+    "truncation": lambda v: v in (None, "disabled", "auto"),
+    "max_tool_calls": lambda v: v is None,
+}
+STATELESS = ("previous_response_id", "conversation")
+
+
+def parse_responses(body: dict[str, Any]) -> GenerationRequest:
+    fields = Fields(body, neutral=NEUTRAL)
+    for name in STATELESS:
+        if not off(fields.get(name, (str, dict), "a string")):
+            raise unsupported(
+                name,
+                f"'{name}' (this server stores no responses: send the whole conversation in "
+                "'input')",
+            )
+    instructions = fields.get("instructions", str, "a string")
+    given = fields.get("input", (str, list), "a string or an array of items", required=True)
+    system = (Message("system", instructions),) if instructions else ()
+    tools = _tools(fields.get("tools", list, "an array"))
+    choice, forced = _tool_choice(fields.get("tool_choice", (str, dict), "a string or an object"))
+    check_choice(choice, forced, tools, "tool_choice", "tool_choice.name")
+    parallel = fields.get("parallel_tool_calls", bool, "a boolean")
+    rule = _text_format(fields.get("text", dict, "an object"))
+    fields.read.update(IGNORED)
+    asked = GenerationRequest(
+        model=fields.get("model", str, "a string", required=True),
+        max_tokens=fields.int("max_output_tokens", minimum=1),
+        sampling=sampling(fields),
+        stream=bool(fields.get("stream", bool, "a boolean")),
+        messages=(*system, *_input(given)),
+        drafter=extension(fields.get("specllama", dict, "an object")),
+        tools=tools,
+        tool_choice=choice,
+        forced_function=forced,
+        parallel_tool_calls=True if parallel is None else parallel,
+        rule=rule,
+        rule_param="text.format" if rule is not None else None,
+    )
+    fields.refuse_unread()
+    return asked.checked()
+
+
+def _input(value: str | list[Any]) -> list[Message]:
+    if isinstance(value, str):
+        return [Message("user", value)]
+    if not value:
+        raise ApiError(
+            400, "'input' must hold at least one item", param="input", code="invalid_value"
+        )
+    messages: list[Message] = []
+    for i, item in enumerate(value):
+        where = f"input[{i}]"
+        fields = Fields(item, where)
+        kind = fields.get("type", str, "a string") or "message"
+        fields.read.update(("id", "status"))  # what a client echoes of an earlier output
+        if kind == "message":
+            messages.append(_message(fields, where))
+        elif kind == "function_call":
+            _add_call(messages, _function_call(fields))
+        elif kind == "function_call_output":
+            call_id = fields.get("call_id", str, "a string", required=True)
+            output = fields.get("output", (str, list), "a string or an array", required=True)
+            messages.append(Message("tool", _text(output, f"{where}.output"), tool_call_id=call_id))
+        elif kind == "reasoning":  # earlier reasoning passed back: left out, as templates do
+            fields.read.update(("summary", "content", "encrypted_content"))
+        else:
+            raise ApiError(
+                400,
+                f"Invalid value for '{where}.type': {kind!r}; expected one of {', '.join(ITEMS)}.",
+                param=f"{where}.type",
+                code="invalid_value",
+            )
+        fields.refuse_unread()
+    return messages
+
+
+def _message(fields: Fields, where: str) -> Message:
+    role = fields.get("role", str, "a string", required=True)
+    if role not in ROLES:
+        raise ApiError(
+            400,
+            f"Invalid value for '{where}.role': {role!r}; expected one of {', '.join(ROLES)}.",
+            param=f"{where}.role",
+            code="invalid_value",
+        )
+    content = fields.get("content", (str, list), "a string or an array", required=True)
+    return Message(ROLES[role], _text(content, f"{where}.content"))
+
+
+def _text(content: str | list[Any], where: str) -> str:
+    """A message's content: a string, or parts of which only text can be served."""
+    if isinstance(content, str):
+        return content
+    texts = []
+    for i, item in enumerate(content):
+        part = Fields(item, f"{where}[{i}]")
+        kind = part.get("type", str, "a string", required=True)
+        if kind in ("input_text", "output_text"):
+            texts.append(part.get("text", str, "a string", required=True))
+            part.read.update(("annotations", "logprobs"))
+        elif kind == "refusal":
+            texts.append(part.get("refusal", str, "a string", required=True))
+        else:
+            raise unsupported(f"{where}[{i}].type", f"content of type '{kind}' (text only)")
+        part.refuse_unread()
+    return "\n".join(texts)
+
+
+def _function_call(fields: Fields) -> ToolCall:
+    call_id = fields.get("call_id", str, "a string", required=True)
+    name = fields.get("name", str, "a string", required=True)
+    arguments = fields.get("arguments", str, "a string", required=True)
+    return ToolCall(call_id, name, arguments)
+
+
+def _add_call(messages: list[Message], call: ToolCall) -> None:
+    """A call joins the assistant message before it, as the Chat API holds calls."""
+    if messages and messages[-1].role == "assistant":
+        last = messages[-1]
+        messages[-1] = dataclasses.replace(last, tool_calls=(*last.tool_calls, call))
+    else:
+        messages.append(Message("assistant", "", tool_calls=(call,)))
+
+
+def _tools(items: list[Any] | None) -> tuple[Tool, ...]:
+    tools = []
+    for i, item in enumerate(items or []):
+        fields = Fields(item, f"tools[{i}]")
+        kind = fields.get("type", str, "a string", required=True)
+        if kind == "function":
+            tools.append(function_tool(fields, f"tools[{i}]"))
+        else:
+            log.info("tools[%d]: a %r tool runs on OpenAI's side: left out", i, kind)
+    return unique_tools(tuple(tools), "tools[{i}].name")
+
+
+def _tool_choice(value: str | dict[str, Any] | None) -> tuple[str, str | None]:
+    if value is None:
+        return "auto", None
+    if isinstance(value, str):
+        if value not in TOOL_CHOICES:
+            raise ApiError(
+                400,
+                f"Invalid value for 'tool_choice': {value!r}; expected one of "
+                f"{', '.join(TOOL_CHOICES)}, or an object naming a function.",
+                param="tool_choice",
+                code="invalid_value",
+            )
+        return value, None
+    fields = Fields(value, "tool_choice")
+    kind = fields.get("type", str, "a string", required=True)
+    if kind != "function":
+        raise unsupported("tool_choice.type", f"a tool choice of type {kind!r}")
+    name = fields.get("name", str, "a string", required=True)
+    fields.refuse_unread()
+    return "function", name
+
+
+def _text_format(value: dict[str, Any] | None) -> ConstraintSpec | None:
+    """`text`: {"format": {"type": "text" | "json_object" | "json_schema", ...}}."""
+    if value is None:
+        return None
+    fields = Fields(value, "text")
+    fields.read.add("verbosity")  # how long answers should be: the model's own
+    given = fields.get("format", dict, "an object")
+    fields.refuse_unread()
+    if given is None:
+        return None
+    format_ = Fields(given, "text.format")
+    kind = format_.get("type", str, "a string", required=True)
+    if kind == "json_schema":
+        return json_format(format_, "schema")
+    format_.refuse_unread()
+    if kind == "json_object":
+        return ConstraintSpec("json_object")
+    if kind != "text":
+        raise ApiError(
+            400,
+            f"Invalid value for 'text.format.type': {kind!r}; expected one of text, "
+            "json_object, json_schema.",
+            param="text.format.type",
+            code="invalid_value",
+        )
+    return None
+
+
+# -- answers ------------------------------------------------------------------------------------
+
+
+def usage(done: Done) -> dict[str, Any]:
+    n_prompt, n_output = done.stats.n_prompt, done.stats.n_generated
+    return {
+        "input_tokens": n_prompt,
+        "input_tokens_details": {"cached_tokens": done.n_prompt_reused},
+        "output_tokens": n_output,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": n_prompt + n_output,
+    }
+
+
+def _id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:24]}"
+
+
+def _call_item(call: ToolCall, status: str, arguments: str) -> dict[str, Any]:
+    item = {"id": f"fc_{call.id.removeprefix('call_')}", "type": "function_call"}
+    return {**item, "status": status, "call_id": call.id, "name": call.name, "arguments": arguments}
+
+
+class ResponseAnswer:
+    """A `response`, whole or as its events, each with its sequence number."""
+
+    def __init__(self, asked: GenerationRequest, served: Served) -> None:
+        self.id = _id("resp")
+        self.created = int(time.time())
+        self.asked = asked
+        self.model = served.model
+        self.tool_format = served.tool_format
+        self._calls = CallStream(served.tool_format) if served.tool_format is not None else None
+        self._sequence = 0
+        self._output: list[dict[str, Any]] = []  # the items finished so far
+        self._message: dict[str, Any] | None = None  # the message item being written
+        self._said = ""  # its text so far
+
+    def _response(self, status: str, output: list[dict[str, Any]], **more: Any) -> dict[str, Any]:
+        asked = self.asked
+        choice = asked.tool_choice
+        if asked.forced_function is not None:
+            choice = {"type": "function", "name": asked.forced_function}
+        return {
+            "id": self.id,
+            "object": "response",
+            "created_at": self.created,
+            "status": status,
+            "model": self.model,
+            "output": output,
+            "error": None,
+            "incomplete_details": None,
+            "max_output_tokens": asked.max_tokens,
+            "parallel_tool_calls": asked.parallel_tool_calls,
+            "tool_choice": choice,
+            "tools": [{**t.as_openai()["function"], "type": "function"} for t in asked.tools],
+            "store": False,
+            "usage": None,
+            **more,
+        }
+
+    def _event(self, kind: str, **data: Any) -> Event:
+        event = {"type": kind, "sequence_number": self._sequence, **data}
+        self._sequence += 1
+        return kind, event
+
+    def opening(self) -> list[Event]:
+        response = self._response("in_progress", [])
+        return [
+            self._event("response.created", response=response),
+            self._event("response.in_progress", response=response),
+        ]
+
+    def text(self, output: Text) -> list[Event]:
+        if self._calls is None:
+            return self._events([Delta(content=output.text)])
+        return self._events(self._calls.feed(output.text))
+
+    def _events(self, deltas: list[Delta]) -> list[Event]:
+        events: list[Event] = []
+        for delta in deltas:
+            if delta.call is not None:
+                events += self._close_message() + self._call_events(delta.call)
+            elif delta.content:
+                events += self._open_message()
+                self._said += delta.content
+                events.append(
+                    self._event(
+                        "response.output_text.delta",
+                        item_id=self._message["id"] if self._message else "",
+                        output_index=len(self._output),
+                        content_index=0,
+                        delta=delta.content,
+                        logprobs=[],
+                    )
+                )
+        return events
+
+    def _open_message(self) -> list[Event]:
+        if self._message is not None:
+            return []
+        self._message = {"id": _id("msg"), "type": "message", "status": "in_progress"}
+        self._message |= {"role": "assistant", "content": []}
+        self._said = ""
+        at = {"item_id": self._message["id"], "output_index": len(self._output)}
+        return [
+            self._event(
+                "response.output_item.added", output_index=len(self._output), item=self._message
+            ),
+            self._event("response.content_part.added", **at, content_index=0, part=_part("")),
+        ]
+
+    def _close_message(self) -> list[Event]:
+        if self._message is None:
+            return []
+        item = {**self._message, "status": "completed", "content": [_part(self._said)]}
+        at = {"item_id": item["id"], "output_index": len(self._output), "content_index": 0}
+        events = [
+            self._event("response.output_text.done", **at, text=self._said, logprobs=[]),
+            self._event("response.content_part.done", **at, part=_part(self._said)),
+            self._event("response.output_item.done", output_index=len(self._output), item=item),
+        ]
+        self._output.append(item)
+        self._message = None
+        return events
+
+    def _call_events(self, call: ToolCall) -> list[Event]:
+        index = len(self._output)
+        item = _call_item(call, "completed", call.arguments)
+        at = {"item_id": item["id"], "output_index": index}
+        events = [
+            self._event(
+                "response.output_item.added",
+                output_index=index,
+                item=_call_item(call, "in_progress", ""),
+            ),
+            self._event("response.function_call_arguments.delta", **at, delta=call.arguments),
+            self._event("response.function_call_arguments.done", **at, arguments=call.arguments),
+            self._event("response.output_item.done", output_index=index, item=item),
+        ]
+        self._output.append(item)
+        return events
+
+    def final(self, done: Done) -> list[Event]:
+        events = self._events(self._calls.finish()) if self._calls is not None else []
+        events += self._close_message()
+        parsed = self._calls.result() if self._calls is not None else None
+        response = self._finished(done, self._output, parsed)
+        kind = f"response.{response['status']}"
+        return [*events, self._event(kind, response=response)]
+
+    def _finished(
+        self, done: Done, output: list[dict[str, Any]], parsed: Parsed | None
+    ) -> dict[str, Any]:
+        cut = done.finish_reason == "length" and not (parsed and parsed.calls and not parsed.broken)
+        return self._response(
+            "incomplete" if cut else "completed",
+            output,
+            incomplete_details={"reason": "max_output_tokens"} if cut else None,
+            usage=usage(done),
+            specllama=specllama_stats(done),
+        )
+
+    def failure(self, error: ApiError) -> list[Event]:
+        return [self._event("error", code=error.code, message=error.message, param=error.param)]
+
+    def closing(self) -> str:
+        return ""
+
+    def whole(self, text: str, done: Done) -> dict[str, Any]:
+        parsed = parse_answer(self.tool_format, text) if self.tool_format is not None else None
+        said = parsed.content if parsed is not None else text
+        output = []
+        if said:
+            message = {"id": _id("msg"), "type": "message", "status": "completed"}
+            output.append({**message, "role": "assistant", "content": [_part(said)]})
+        for call in parsed.calls if parsed is not None else []:
+            output.append(_call_item(call, "completed", call.arguments))
+        return self._finished(done, output, parsed)
+
+
+def _part(text: str) -> dict[str, Any]:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+
+RESPONSES = Wire("responses", parse_responses, ResponseAnswer, ApiError.body)
