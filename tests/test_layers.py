@@ -19,6 +19,7 @@ def test_every_module_belongs_to_a_part() -> None:
         "memory_store",
         "tool_calls",
         "schemas",
+        "reasoning",
     }
 
 

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from specllama.chat import Message, ToolCall
+from specllama.reasoning import ThinkingSplit, split_thinking
 from specllama.server.fields import ApiError, Fields, off, unsupported
 from specllama.server.queue import Done, Text
 from specllama.server.request import (
@@ -324,16 +325,20 @@ def stop_reason(done: Done, parsed: Parsed | None) -> str:
 
 class MessageAnswer:
     """A `message`, whole or as its events: message_start, ping, each content block's start,
-    deltas (text_delta, input_json_delta) and stop, message_delta, message_stop."""
+    deltas (thinking_delta, text_delta, input_json_delta) and stop, message_delta,
+    message_stop. A model whose template knows thinking tags gives its thinking as a
+    `thinking` block (with an empty signature, as llama-server gives it) before the answer."""
 
     def __init__(self, asked: GenerationRequest, served: Served) -> None:
         self.id = f"msg_{uuid.uuid4().hex[:24]}"
         self.model = served.model
         self.n_prompt = served.n_prompt
         self.tool_format = served.tool_format
+        self.thinking = served.thinking
         self._calls = CallStream(served.tool_format) if served.tool_format is not None else None
+        self._split = ThinkingSplit(inside=served.thinking) if served.thinking is not None else None
         self._index = -1  # the last block's index
-        self._open = False  # whether that block is still open
+        self._open: str | None = None  # the type of that block while it is open
 
     def _message(self, content: list[dict[str, Any]], **ending: Any) -> dict[str, Any]:
         return {
@@ -355,9 +360,26 @@ class MessageAnswer:
         ]
 
     def text(self, output: Text) -> list[Event]:
+        if self._split is None:
+            return self._said(output.text)
+        return self._pieces(self._split.feed(output.text))
+
+    def _pieces(self, pieces: list[tuple[str, str]]) -> list[Event]:
+        """Thinking goes into its block; the rest is the answer."""
+        events: list[Event] = []
+        for kind, piece in pieces:
+            if kind == "thinking":
+                if self._open != "thinking":
+                    events += self._start({"type": "thinking", "thinking": ""})
+                events.append(self._delta({"type": "thinking_delta", "thinking": piece}))
+            else:
+                events += self._said(piece)
+        return events
+
+    def _said(self, text: str) -> list[Event]:
         if self._calls is None:
-            return self._events([Delta(content=output.text)])
-        return self._events(self._calls.feed(output.text))
+            return self._events([Delta(content=text)])
+        return self._events(self._calls.feed(text))
 
     def _events(self, deltas: list[Delta]) -> list[Event]:
         events: list[Event] = []
@@ -370,7 +392,7 @@ class MessageAnswer:
                 )
                 events += self._stop()
             elif delta.content:
-                if not self._open:
+                if self._open != "text":
                     events += self._start({"type": "text", "text": ""})
                 events.append(self._delta({"type": "text_delta", "text": delta.content}))
         return events
@@ -380,7 +402,7 @@ class MessageAnswer:
             block["input"] = {}
         events = self._stop()
         self._index += 1
-        self._open = True
+        self._open = block["type"]
         start = {"type": "content_block_start", "index": self._index, "content_block": block}
         return [*events, ("content_block_start", start)]
 
@@ -389,13 +411,19 @@ class MessageAnswer:
         return "content_block_delta", data
 
     def _stop(self) -> list[Event]:
-        if not self._open:
+        if self._open is None:
             return []
-        self._open = False
-        return [("content_block_stop", {"type": "content_block_stop", "index": self._index})]
+        events = []
+        if self._open == "thinking":  # its signature: none here, as llama-server sends it
+            events.append(self._delta({"type": "signature_delta", "signature": ""}))
+        self._open = None
+        stop = {"type": "content_block_stop", "index": self._index}
+        return [*events, ("content_block_stop", stop)]
 
     def final(self, done: Done) -> list[Event]:
-        events = self._events(self._calls.finish()) if self._calls is not None else []
+        events = self._pieces(self._split.finish()) if self._split is not None else []
+        if self._calls is not None:
+            events += self._events(self._calls.finish())
         parsed = self._calls.result() if self._calls is not None else None
         ending = {"stop_reason": stop_reason(done, parsed), "stop_sequence": done.stop_sequence}
         delta = {"type": "message_delta", "delta": ending, "usage": usage(done)}
@@ -414,9 +442,14 @@ class MessageAnswer:
         return ""
 
     def whole(self, text: str, done: Done) -> dict[str, Any]:
+        content: list[dict[str, Any]] = []
+        if self.thinking is not None:
+            thought, text = split_thinking(text, inside=self.thinking)
+            if thought is not None:
+                content.append({"type": "thinking", "thinking": thought, "signature": ""})
         parsed = parse_answer(self.tool_format, text) if self.tool_format is not None else None
         said = parsed.content if parsed is not None else text
-        content: list[dict[str, Any]] = [{"type": "text", "text": said}] if said else []
+        content += [{"type": "text", "text": said}] if said else []
         for call in parsed.calls if parsed is not None else []:
             use = {"type": "tool_use", "id": call.id, "name": call.name}
             content.append({**use, "input": json.loads(call.arguments)})

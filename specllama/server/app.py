@@ -43,6 +43,7 @@ from specllama.chat import Message
 from specllama.engine.constraint import ConstraintSpec, Grammar
 from specllama.engine.sampling import SamplingParams
 from specllama.errors import ConstraintError, SpecllamaError
+from specllama.reasoning import opens_thinking, template_thinks
 from specllama.server import anthropic, openai_chat, openai_responses
 from specllama.server.fields import ApiError, parse_json
 from specllama.server.guard import Guard, host_names
@@ -95,6 +96,7 @@ class Prepared:
     constraint: Grammar | None  # the rule the answer follows
     tool_format: ToolFormat | None  # the answer is read for tool calls in this syntax
     prediction: list[int] | None = None  # the answer the client expects, as tokens
+    thinking: bool | None = None  # see Served.thinking
 
 
 class Grammars:
@@ -191,8 +193,7 @@ class Api:
         return JSONResponse({"input_tokens": len(prompt)})
 
     async def not_served(self, request: Request) -> Response:
-        """What an agent calls besides its API (event logging and the like): answered at
-        once, so that it never retries."""
+        """What an agent calls besides its API: answered at once, with nothing."""
         log.debug("%s %s: answered with nothing", request.method, request.url.path)
         return JSONResponse({})
 
@@ -218,7 +219,9 @@ class Api:
                 self._guarded(self.count_tokens, anthropic.MESSAGES),
                 methods=["POST"],
             ),
-            Route("/api/event_logging/batch", self.not_served, methods=["POST"]),
+            # Claude Code's own routes beside the API (HEAD /api/hello before it starts, its
+            # event logging): answered, so that it neither waits nor retries.
+            Route("/api/{rest:path}", self.not_served, methods=["GET", "POST"]),
         ]
 
     # -- checks -----------------------------------------------------------------------------
@@ -302,7 +305,9 @@ class Api:
             self.queue.submit(job)
         except QueueFull:
             raise self._busy() from None
-        served = Served(self.settings.model_id, prepared.tool_format, len(prompt))
+        served = Served(
+            self.settings.model_id, prepared.tool_format, len(prompt), prepared.thinking
+        )
         answer = wire.answer(asked, served)
         if asked.stream:
             return StreamingResponse(
@@ -325,7 +330,15 @@ class Api:
         predicted = None
         if asked.prediction is not None:  # its text as the answer would hold it
             predicted = self.engine.text_tokens(asked.prediction)
-        return Prepared(prompt, self._constraint(asked, tool_format), tool_format, predicted)
+        constraint = self._constraint(asked, tool_format)
+        return Prepared(prompt, constraint, tool_format, predicted, self._thinking(asked, prompt))
+
+    def _thinking(self, asked: GenerationRequest, prompt: list[int]) -> bool | None:
+        """Whether the answer may think (the template knows the tags), and begins inside the
+        thinking (the prompt opened it)."""
+        if asked.prompt is not None or not template_thinks(self.engine.target.chat_template):
+            return None
+        return opens_thinking(self.engine.target.detokenize(prompt[-4:]))
 
     def _tool_format(self, asked: GenerationRequest) -> ToolFormat | None:
         """The syntax the model writes calls in, when the request offers tools; a model whose

@@ -30,6 +30,9 @@ class Served:
     model: str  # the name of the model that answers (whatever name the request used)
     tool_format: ToolFormat | None  # the answer is read for calls in this syntax
     n_prompt: int  # the prompt's tokens, for a stream's opening usage
+    # Whether the answer may hold thinking (the template knows `<think>`): None, it cannot;
+    # True, it begins inside the thinking (the prompt opened it); False, the model may open it
+    thinking: bool | None = None
 
 
 class Answer(Protocol):
