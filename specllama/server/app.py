@@ -1,17 +1,17 @@
-"""`specllama serve`: OpenAI's HTTP API (Starlette on uvicorn) over one loaded Engine.
+"""`specllama serve`: the HTTP APIs (Starlette on uvicorn) over one loaded Engine.
 
-Routes: GET /health, GET /v1/models[/{id}], POST /v1/chat/completions, POST /v1/completions,
-streamed as server-sent events (`data: {...}` chunks, then `data: [DONE]`) or whole; the chat
-page at / (server_page) and what it shows of the server at GET /specllama/status. Every
-request passes the guard first (server_guard: Host, Origin, JSON bodies).
+Routes: GET /health, GET /v1/models[/{id}], and one POST route per wire format, each its own
+module that reads its request into the one request type and writes its answer back, whole or
+as server-sent events: /v1/chat/completions and /v1/completions (openai_chat), /v1/responses
+(openai_responses), /v1/messages and /v1/messages/count_tokens (anthropic); the chat page at /
+(page) and what it shows of the server at GET /specllama/status. Every request passes the
+guard first (guard: Host, Origin, JSON bodies).
 
-A request is checked (server_requests), tokenised off the event loop (through the model's own
-chat template, with the client's tools), its output rule compiled there too (response_format,
-grammar, or the call a tool_choice forces; the last few kept), and queued: generations run one
-at a time on the queue's worker thread (server_queue), and their text comes back here as
-chunks or one body (server_responses), read for tool calls when tools were offered. Every error
-a client can cause is answered in OpenAI's error shape; anything else is a 500 with one log
-line, never a dead server.
+A request is read by its API, prepared off the event loop (prepare: prompt tokens, tool-call
+syntax, output rule) and queued: generations run one at a time on the queue's worker thread
+(queue), and their text comes back here to the API's Answer, as events or one body. Every
+error a client can cause is answered in its API's error envelope; anything else is a 500
+with one log line, never a dead server.
 """
 
 from __future__ import annotations
@@ -19,12 +19,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hmac
-import json
 import logging
 import os
 import socket
-import threading
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,15 +36,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from specllama.chat import Message
-from specllama.engine.constraint import ConstraintSpec, Grammar
 from specllama.engine.sampling import SamplingParams
-from specllama.errors import ConstraintError, SpecllamaError
-from specllama.reasoning import opens_thinking, template_thinks
+from specllama.errors import SpecllamaError
 from specllama.server import anthropic, openai_chat, openai_responses
 from specllama.server.fields import ApiError, parse_json
 from specllama.server.guard import Guard, host_names
 from specllama.server.page import page_routes
+from specllama.server.prepare import Preparer
 from specllama.server.queue import (
     Cancelled,
     Done,
@@ -58,10 +53,8 @@ from specllama.server.queue import (
     Text,
     Work,
 )
-from specllama.server.request import GenerationRequest
 from specllama.server.wire import Answer, Served, Wire, sse
 from specllama.session import Engine
-from specllama.tool_calls import ToolFormat, call_grammar, detect_format, template_knows_tools
 
 log = logging.getLogger("specllama.server.app")
 
@@ -69,7 +62,6 @@ MAX_BODY_BYTES = 8 * 1024 * 1024
 RETRY_AFTER_S = 1
 GRACEFUL_SHUTDOWN_S = 2  # then a streaming answer is cancelled, so Ctrl-C never hangs
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-GRAMMARS_KEPT = 16  # compiled output rules kept: clients send the same schema again and again
 
 
 @dataclass(frozen=True)
@@ -88,61 +80,13 @@ class Settings:
 Handler = Callable[[Request], Awaitable[Response]]
 
 
-@dataclass(frozen=True)
-class Prepared:
-    """What a request becomes before it is queued."""
-
-    prompt: list[int]
-    constraint: Grammar | None  # the rule the answer follows
-    tool_format: ToolFormat | None  # the answer is read for tool calls in this syntax
-    prediction: list[int] | None = None  # the answer the client expects, as tokens
-    thinking: bool | None = None  # see Served.thinking
-
-
-class Grammars:
-    """Output rules compiled for the target's vocabulary, the last few kept. Compiling runs on
-    the request's thread (off the event loop); the worker only reads compiled ones."""
-
-    def __init__(self, engine: Engine, kept: int = GRAMMARS_KEPT) -> None:
-        self._engine = engine
-        self._kept = kept
-        self._compiled: OrderedDict[ConstraintSpec, Grammar] = OrderedDict()
-        self._special: dict[str, bool] = {}
-        self._lock = threading.Lock()
-
-    def get(self, spec: ConstraintSpec) -> Grammar:
-        """The compiled rule (ConstraintError if it cannot be compiled or admits nothing)."""
-        with self._lock:
-            if spec in self._compiled:
-                self._compiled.move_to_end(spec)
-                return self._compiled[spec]
-        grammar = self._engine.compile_constraint(spec)
-        with self._lock:
-            self._compiled[spec] = grammar
-            while len(self._compiled) > self._kept:
-                self._compiled.popitem(last=False)
-        return grammar
-
-    def special(self, markers: tuple[str, ...]) -> set[str]:
-        """Which of `markers` (`<tool_call>`...) are special tokens of the vocabulary: a
-        grammar must write those as tokens, for the model writes them as one token."""
-        for marker in markers:
-            if marker not in self._special:
-                try:
-                    self.get(ConstraintSpec("lark", f"start: {marker}\n"))
-                    self._special[marker] = True
-                except ConstraintError:
-                    self._special[marker] = False
-        return {m for m in markers if self._special[m]}
-
-
 class Api:
     def __init__(self, engine: Engine, queue: GenerationQueue, settings: Settings) -> None:
         self.engine = engine
         self.queue = queue
         self.settings = settings
         self.created = int(engine.config.target.stat().st_mtime)
-        self.grammars = Grammars(engine)
+        self.preparer = Preparer(engine, settings.model_id)
 
     # -- routes -----------------------------------------------------------------------------
 
@@ -189,7 +133,8 @@ class Api:
         """Anthropic's count_tokens: the prompt's tokens as the model's template writes them."""
         body = parse_json(await _read_body(request, self.settings.max_body_bytes))
         asked = anthropic.parse_count(body)
-        prompt = await run_in_threadpool(self._prompt_tokens, asked, self._tool_format(asked))
+        prepare = self.preparer
+        prompt = await run_in_threadpool(prepare.prompt_tokens, asked, prepare.tool_format(asked))
         return JSONResponse({"input_tokens": len(prompt)})
 
     async def not_served(self, request: Request) -> Response:
@@ -287,10 +232,10 @@ class Api:
         # Tokenising a long prompt and compiling a schema take a while: off the event loop,
         # beside the generation (the vocabulary is read-only, so the worker thread may decode
         # meanwhile).
-        prepared = await run_in_threadpool(self._prepare, asked)
+        prepared = await run_in_threadpool(self.preparer.prepare, asked)
         prompt = prepared.prompt
         params = asked.sampling_params(self.settings.defaults)
-        max_tokens = self._max_tokens(prompt, asked)
+        max_tokens = self.preparer.max_tokens(prompt, asked)
         work = Work(
             prompt,
             params,
@@ -323,95 +268,6 @@ class Api:
             code="server_busy",
             headers={"Retry-After": str(RETRY_AFTER_S)},
         )
-
-    def _prepare(self, asked: GenerationRequest) -> Prepared:
-        tool_format = self._tool_format(asked)
-        prompt = self._prompt_tokens(asked, tool_format)
-        predicted = None
-        if asked.prediction is not None:  # its text as the answer would hold it
-            predicted = self.engine.text_tokens(asked.prediction)
-        constraint = self._constraint(asked, tool_format)
-        return Prepared(prompt, constraint, tool_format, predicted, self._thinking(asked, prompt))
-
-    def _thinking(self, asked: GenerationRequest, prompt: list[int]) -> bool | None:
-        """Whether the answer may think (the template knows the tags), and begins inside the
-        thinking (the prompt opened it)."""
-        if asked.prompt is not None or not template_thinks(self.engine.target.chat_template):
-            return None
-        return opens_thinking(self.engine.target.detokenize(prompt[-4:]))
-
-    def _tool_format(self, asked: GenerationRequest) -> ToolFormat | None:
-        """The syntax the model writes calls in, when the request offers tools; a model whose
-        template knows no tools is refused when the request needs them."""
-        history = any(m.tool_calls or m.role == "tool" for m in asked.messages)
-        if not (asked.uses_tools or history):
-            return None
-        template = self.engine.target.chat_template
-        if template is None or not template_knows_tools(template):
-            why = (
-                "has no chat template" if template is None else "has a chat template without tools"
-            )
-            raise ApiError(
-                400,
-                f"The model '{self.settings.model_id}' cannot use tools: it {why}, so it was "
-                "never shown how to call a function. Serve a model whose template knows tools "
-                "(Qwen2.5, Llama 3.1+, Mistral...), or send no tools and no tool messages.",
-                param="tools" if asked.tools else "messages",
-                code="tools_not_supported",
-            )
-        names = [tool.name for tool in asked.tools]
-        return detect_format(template, names) if asked.uses_tools else None
-
-    def _prompt_tokens(self, asked: GenerationRequest, tool_format: ToolFormat | None) -> list[int]:
-        try:
-            if asked.prompt is not None:  # a text completion: the prompt as it is
-                as_is = [Message("user", asked.prompt)]
-                return self.engine.prompt_tokens(as_is, chat_template=False)
-            tools = [tool.as_openai() for tool in asked.tools] if tool_format else None
-            return self.engine.prompt_tokens(list(asked.messages), tools=tools)
-        except SpecllamaError as exc:  # the model's chat template refused these messages
-            raise ApiError(400, str(exc), param="messages", code="invalid_value") from None
-
-    def _constraint(self, asked: GenerationRequest, fmt: ToolFormat | None) -> Grammar | None:
-        """The compiled rule: the forced call, response_format or grammar, or a JSON answer
-        or a call (response_format beside tools the model may call)."""
-        spec, param = asked.rule, asked.rule_param
-        if fmt is not None and (asked.forces_call or spec is not None):
-            special = self.grammars.special(fmt.markers)
-            reply = _reply_schema(spec) if not asked.forces_call else None
-            tools = asked.forced_tools()
-            # A named function is one call (as OpenAI answers it, and as instructor expects);
-            # "required" may be several when parallel calls are allowed.
-            parallel = asked.parallel_tool_calls and asked.tool_choice != "function"
-            lark = call_grammar(fmt, tools, parallel=parallel, special=special, or_json=reply)
-            spec, param = ConstraintSpec("lark", lark), param or "tools"
-        if spec is None:
-            return None
-        try:
-            return self.grammars.get(spec)
-        except Exception as exc:  # the rule is the client's: whatever fails to compile is its
-            if not isinstance(exc, ConstraintError):  # (the GBNF reader raises plain ones)
-                exc = ConstraintError(f"the rule cannot be compiled: {exc}")
-            code = "invalid_grammar" if param == "grammar" else "invalid_schema"
-            raise ApiError(400, f"Invalid '{param}': {exc}", param=param, code=code) from None
-
-    def _max_tokens(self, prompt: list[int], asked: GenerationRequest) -> int:
-        """The prompt must leave room for one new token; generation ends at a full context."""
-        n_ctx, n_prompt = self.engine.target.n_ctx, len(prompt)
-        param = "prompt" if asked.prompt is not None else "messages"
-        if n_prompt == 0:
-            raise ApiError(400, "The prompt is empty.", param=param, code="invalid_value")
-        if n_prompt >= n_ctx:
-            raise ApiError(
-                400,
-                f"This model's maximum context length is {n_ctx} tokens. However, your "
-                f"{param} resulted in {n_prompt} tokens. Please reduce the length of the "
-                f"{param}, or restart the server with a larger --ctx.",
-                param=param,
-                code="context_length_exceeded",
-            )
-        room = n_ctx - n_prompt
-        return room if asked.max_tokens is None else min(asked.max_tokens, room)
 
     async def _stream(self, job: Job, answer: Answer, wire: Wire) -> AsyncIterator[str]:
         # On a client disconnect Starlette cancels this generator at its await: `finally`
@@ -468,14 +324,6 @@ class Api:
             done.n_prompt_reused,
             s.finish_reason,
         )
-
-
-def _reply_schema(spec: ConstraintSpec | None) -> dict[str, object] | None:
-    """response_format's schema, for a grammar that also allows calls."""
-    if spec is None:
-        return None
-    schema = json.loads(spec.source) if spec.kind == "json_schema" else {"type": "object"}
-    return schema if isinstance(schema, dict) else {}
 
 
 def _file_facts(path: Path) -> dict[str, object]:
