@@ -68,11 +68,16 @@ class Server:
 
 
 def serve(
-    target: Path, extra: list[str], log: Path, ctx: int = CTX, env: dict | None = None
+    target: Path,
+    extra: list[str],
+    log: Path,
+    ctx: int = CTX,
+    env: dict | None = None,
+    threads: int = 1,
 ) -> Iterator[Server]:
     """`specllama serve` on `target` in a subprocess until the test is done, then Ctrl-C."""
     command = [sys.executable, "-m", "specllama", "serve", "--target", str(target), *extra]
-    command += ["--ctx", str(ctx), "--threads", "1", "--port", "0"]
+    command += ["--ctx", str(ctx), "--threads", str(threads), "--port", "0"]
     env = {**os.environ, "SPECLLAMA_API_KEY": KEY, "NO_COLOR": "1", **(env or {})}
     with open(log, "w") as stderr:
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr, env=env)

@@ -196,6 +196,15 @@ def _check_gguf(path: Path) -> None:
             )
 
 
+@dataclass(frozen=True)
+class SavedState:
+    """A context's evaluated tokens and its KV cache's bytes (llama.cpp's sequence state)."""
+
+    tokens: tuple[int, ...]
+    data: ctypes.Array
+    size: int  # bytes of `data` written
+
+
 def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
     """How many leading tokens `a` and `b` share."""
     n = 0
@@ -560,6 +569,31 @@ class LlamaBackend(EvaluatedTokens):
         start = self._restore_checkpoint(n_past)
         del self.tokens[start:]
         self.decode(kept[start:])
+
+    # -- saved states (a prompt cache) -----------------------------------------------------
+
+    def save_state(self) -> SavedState:
+        """What this context has evaluated, its KV cache copied out (sequence 0): a prompt
+        cache keeps it, to bring this context back to it later without evaluating again."""
+        lib = self._lib
+        size = lib.llama_state_seq_get_size(self._ctx, 0)
+        data = (ctypes.c_uint8 * size)()  # kept as is: no copy into Python objects
+        written = lib.llama_state_seq_get_data(self._ctx, data, size, 0)
+        return SavedState(tuple(self.tokens), data, written)
+
+    def load_state(self, saved: SavedState) -> bool:
+        """Make the context hold what `saved` holds (False, and an empty context, if llama.cpp
+        refuses it)."""
+        lib = self._lib
+        self._checkpoint = None
+        lib.llama_memory_seq_rm(self._memory, 0, 0, -1)
+        self.tokens = []
+        if saved.size == 0 or not lib.llama_state_seq_set_data(
+            self._ctx, saved.data, saved.size, 0
+        ):
+            return False
+        self.tokens = list(saved.tokens)
+        return True
 
     # -- recurrent state checkpoints --------------------------------------------------------
 

@@ -43,6 +43,7 @@ from specllama.server.fields import ApiError, parse_json
 from specllama.server.guard import Guard, host_names
 from specllama.server.page import page_routes
 from specllama.server.prepare import Preparer
+from specllama.server.prompt_cache import PromptCache, unusable
 from specllama.server.queue import (
     Cancelled,
     Done,
@@ -75,6 +76,7 @@ class Settings:
     cors: tuple[str, ...] = ()  # origins whose pages may call the API ("*": any)
     allowed_hosts: tuple[str, ...] = ()  # names besides host, localhost and this machine's
     aliases: tuple[str, ...] = ()  # more names /v1/models lists (--alias)
+    cache_bytes: int = 0  # the prompt cache's bound (--cache-ram); 0: off
 
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -92,7 +94,9 @@ class Api:
 
     async def health(self, request: Request) -> Response:
         busy = {"generating": int(self.queue.running is not None), "waiting": self.queue.waiting}
-        return JSONResponse({"status": "ok", "model": self.settings.model_id, **busy})
+        cache = self.queue.cache.facts() if self.queue.cache is not None else None
+        facts = {"status": "ok", "model": self.settings.model_id, **busy, "prompt_cache": cache}
+        return JSONResponse(facts)
 
     async def models(self, request: Request) -> Response:
         cards = [self._model_card(name) for name in self._names()]
@@ -448,8 +452,17 @@ def startup_facts(engine: Engine, settings: Settings) -> list[str]:
         f"model {settings.model_id!r}: target {config.target.name}{workers} · {drafter} · {mode}",
         f"ctx {engine.target.n_ctx} · one generation at a time, {settings.max_waiting} may wait"
         f" · temperature {settings.defaults.temperature:g} when a request sets none{key}",
+        _cache_fact(engine, settings.cache_bytes),
         "Ctrl-C stops the server",
     ]
+
+
+def _cache_fact(engine: Engine, limit_bytes: int) -> str:
+    if limit_bytes <= 0:
+        return "prompt cache off (--cache-ram 0)"
+    if why := unusable(engine):
+        return f"prompt cache off: {why}"
+    return f"prompt cache in RAM: up to {limit_bytes // 2**20} MB of earlier prompts (--cache-ram)"
 
 
 class _Server(uvicorn.Server):
@@ -475,7 +488,8 @@ def run(
     """Serve until Ctrl-C or SIGTERM. `prepare` runs first on the generation thread (see
     GenerationQueue), then `on_ready`. On Ctrl-C the running generation stops at its next
     event, and its response ends with an error chunk (streamed) or a 503."""
-    queue = GenerationQueue(engine, max_waiting=settings.max_waiting, prepare=prepare)
+    cache = PromptCache(engine, settings.cache_bytes)
+    queue = GenerationQueue(engine, max_waiting=settings.max_waiting, prepare=prepare, cache=cache)
     app = create_app(engine, queue, settings)
     config = uvicorn.Config(
         app,

@@ -25,6 +25,7 @@ from specllama.engine.sampling import SamplingParams
 from specllama.engine.stats import GenerationStats, LiveCounter
 from specllama.engine.stops import StopMatcher
 from specllama.server.origins import Piece, TokenTape, origin
+from specllama.server.prompt_cache import PromptCache
 from specllama.session import Engine
 
 log = logging.getLogger("specllama.server.app")
@@ -119,9 +120,15 @@ class GenerationQueue:
     30% slower on a 2-core machine."""
 
     def __init__(
-        self, engine: Engine, *, max_waiting: int, prepare: Callable[[], None] | None = None
+        self,
+        engine: Engine,
+        *,
+        max_waiting: int,
+        prepare: Callable[[], None] | None = None,
+        cache: PromptCache | None = None,
     ) -> None:
         self._engine = engine
+        self.cache = cache  # brings the contexts to the longest prefix held, before each job
         self._max_waiting = max_waiting
         self._jobs: queue.Queue[Job | None] = queue.Queue()
         self._lock = threading.Lock()  # guards the counts and each job's state
@@ -206,6 +213,8 @@ class GenerationQueue:
 
     def _run(self, job: Job) -> None:
         try:
+            if self.cache is not None:
+                self.cache.restore(job.work.prompt)
             output: Output | None = None
             for output in answer(self._engine, job.work, job.cancelled):
                 job.emit(output)

@@ -64,7 +64,8 @@ def server(tmp_path_factory) -> Iterator[Server]:
     _, small, _ = hub.resolve_pair(load_catalog(), None)  # cached after the first fetch
     assert small is not None
     log = tmp_path_factory.mktemp("serve") / "stderr.txt"
-    yield from serve(small, ["--alias", MODEL], log, ctx=CTX)
+    # Both cores: the agents' prompts are long, and nothing else runs meanwhile.
+    yield from serve(small, ["--alias", MODEL], log, ctx=CTX, threads=2)
 
 
 @pytest.fixture
