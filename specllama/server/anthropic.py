@@ -15,7 +15,6 @@ ignored; any other unknown field is refused, as Anthropic's API refuses it.
 from __future__ import annotations
 
 import json
-import re
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -28,6 +27,7 @@ from specllama.server.request import (
     GenerationRequest,
     check_choice,
     extension,
+    function_name,
     sampling,
     stops,
     unique_tools,
@@ -37,7 +37,6 @@ from specllama.tool_calls import CallStream, Delta, Parsed, Tool, parse_answer
 
 PATH = "/v1/messages"
 ROLES = ("user", "assistant", "system")  # "system" mid-conversation: Claude Code sends it
-TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,128}")  # Anthropic's rule for tool names
 TOOL_CHOICES = {"auto": "auto", "any": "required", "tool": "function", "none": "none"}
 # Request fields without a local meaning: prompt caching is automatic here (the KV cache and
 # the memory), there is no billing or tier, and the context is managed by the client.
@@ -163,14 +162,7 @@ def _messages(items: list[Any]) -> list[Message]:
     called: set[str] = set()  # the ids of the tool_use blocks so far
     for i, item in enumerate(items):
         fields = Fields(item, f"messages[{i}]")
-        role = fields.get("role", str, "a string", required=True)
-        if role not in ROLES:
-            raise ApiError(
-                400,
-                f"Invalid value for 'messages[{i}].role': {role!r}; expected user or assistant.",
-                param=f"messages[{i}].role",
-                code="invalid_value",
-            )
+        role = fields.one_of("role", ROLES)
         content = fields.get(
             "content", (str, list), "a string or an array of blocks", required=True
         )
@@ -266,15 +258,7 @@ def _tool(item: object, where: str) -> Tool:
     kind = fields.get("type", str, "a string")
     if kind not in (None, "custom"):
         raise unsupported(f"{where}.type", f"Anthropic's server tool {kind!r} (custom tools only)")
-    name = fields.get("name", str, "a string", required=True)
-    if not TOOL_NAME.fullmatch(name):
-        raise ApiError(
-            400,
-            f"Invalid '{where}.name': {name!r}; a tool name is 1 to 128 letters, digits, "
-            "underscores or dashes.",
-            param=f"{where}.name",
-            code="invalid_value",
-        )
+    name = function_name(fields, f"{where}.name", longest=128)
     description = fields.get("description", str, "a string")
     schema = fields.get("input_schema", dict, "an object", required=True)
     fields.read.update(TOOL_IGNORED)
@@ -287,15 +271,7 @@ def _tool_choice(value: dict[str, Any] | None) -> tuple[str, str | None, bool]:
     if value is None:
         return "auto", None, True
     fields = Fields(value, "tool_choice")
-    kind = fields.get("type", str, "a string", required=True)
-    if kind not in TOOL_CHOICES:
-        raise ApiError(
-            400,
-            f"Invalid value for 'tool_choice.type': {kind!r}; expected one of "
-            f"{', '.join(TOOL_CHOICES)}.",
-            param="tool_choice.type",
-            code="invalid_value",
-        )
+    kind = fields.one_of("type", TOOL_CHOICES)
     name = fields.get("name", str, "a string", required=kind == "tool")
     single = fields.get("disable_parallel_tool_use", bool, "a boolean")
     fields.refuse_unread()

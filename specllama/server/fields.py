@@ -10,7 +10,7 @@ is accepted, as clients often send those.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 Neutral = dict[str, Callable[[object], bool]]  # a parameter -> whether a value of it is "off"
@@ -131,6 +131,19 @@ class Fields:
         # JSON true/false are Python ints too: only a boolean field takes them.
         if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
             raise invalid_type(self._path(name), expected, value)
+        return value
+
+    def one_of(self, name: str, choices: Iterable[str], *, required: bool = True) -> str | None:
+        """A string field that must be one of `choices`."""
+        value = self.get(name, str, "a string", required=required)
+        if value is not None and value not in choices:
+            raise ApiError(
+                400,
+                f"Invalid value for '{self._path(name)}': {value!r}; expected one of "
+                f"{', '.join(choices)}.",
+                param=self._path(name),
+                code="invalid_value",
+            )
         return value
 
     def int(self, name: str, *, minimum: int, maximum: int | None = None) -> int | None:

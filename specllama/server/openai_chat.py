@@ -41,13 +41,13 @@ from specllama.server.request import (
     json_format,
     sampling,
     stops,
+    tool_choice,
     unique_tools,
 )
 from specllama.server.wire import Event, Served, Wire, specllama_stats
 from specllama.tool_calls import CallStream, Delta, Parsed, Tool, parse_answer
 
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # the OpenAI reference's default for /v1/completions
-TOOL_CHOICES = ("none", "auto", "required")
 
 
 def _one(value: object) -> bool:
@@ -89,7 +89,9 @@ def parse_chat(body: dict[str, Any]) -> GenerationRequest:
     older = fields.int("max_tokens", minimum=1)
     messages = _messages(fields.get("messages", list, "an array", required=True))
     tools = _tools(fields.get("tools", list, "an array"))
-    choice, forced = _tool_choice(fields.get("tool_choice", (str, dict), "a string or an object"))
+    choice, forced = tool_choice(
+        fields.get("tool_choice", (str, dict), "a string or an object"), nested=True
+    )
     check_choice(choice, forced, tools, "tool_choice", "tool_choice.function.name")
     parallel = fields.get("parallel_tool_calls", bool, "a boolean")
     return _request(
@@ -215,30 +217,6 @@ def function_tool(function: Fields, where: str) -> Tool:
     if parameters is None:
         parameters = {"type": "object", "properties": {}}
     return Tool(name, description, parameters, strict)
-
-
-def _tool_choice(value: str | dict[str, Any] | None) -> tuple[str, str | None]:
-    if value is None:
-        return "auto", None
-    if isinstance(value, str):
-        if value not in TOOL_CHOICES:
-            raise ApiError(
-                400,
-                f"Invalid value for 'tool_choice': {value!r}; expected one of "
-                f"{', '.join(TOOL_CHOICES)}, or an object naming a function.",
-                param="tool_choice",
-                code="invalid_value",
-            )
-        return value, None
-    fields = Fields(value, "tool_choice")
-    kind = fields.get("type", str, "a string", required=True)
-    if kind != "function":
-        raise unsupported("tool_choice.type", f"a tool choice of type {kind!r}")
-    function = fields.child("function")
-    fields.refuse_unread()
-    name = function.get("name", str, "a string", required=True)
-    function.refuse_unread()
-    return "function", name
 
 
 def _prediction(value: dict[str, Any] | None) -> str | None:

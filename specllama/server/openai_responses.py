@@ -30,6 +30,7 @@ from specllama.server.request import (
     extension,
     json_format,
     sampling,
+    tool_choice,
     unique_tools,
 )
 from specllama.server.wire import Event, Served, Wire, specllama_stats
@@ -38,7 +39,6 @@ from specllama.tool_calls import CallStream, Delta, Parsed, Tool, parse_answer
 log = logging.getLogger("specllama.server.app")
 
 ROLES = {"user": "user", "system": "system", "developer": "system", "assistant": "assistant"}
-TOOL_CHOICES = ("none", "auto", "required")
 ITEMS = ("message", "function_call", "function_call_output", "reasoning")
 # Fields without a local meaning: nothing is stored, reasoning is the model's own, caching is
 # automatic here.
@@ -76,7 +76,9 @@ def parse_responses(body: dict[str, Any]) -> GenerationRequest:
     given = fields.get("input", (str, list), "a string or an array of items", required=True)
     system = (Message("system", instructions),) if instructions else ()
     tools = _tools(fields.get("tools", list, "an array"))
-    choice, forced = _tool_choice(fields.get("tool_choice", (str, dict), "a string or an object"))
+    choice, forced = tool_choice(
+        fields.get("tool_choice", (str, dict), "a string or an object"), nested=False
+    )
     check_choice(choice, forced, tools, "tool_choice", "tool_choice.name")
     parallel = fields.get("parallel_tool_calls", bool, "a boolean")
     rule = _text_format(fields.get("text", dict, "an object"))
@@ -134,14 +136,7 @@ def _input(value: str | list[Any]) -> list[Message]:
 
 
 def _message(fields: Fields, where: str) -> Message:
-    role = fields.get("role", str, "a string", required=True)
-    if role not in ROLES:
-        raise ApiError(
-            400,
-            f"Invalid value for '{where}.role': {role!r}; expected one of {', '.join(ROLES)}.",
-            param=f"{where}.role",
-            code="invalid_value",
-        )
+    role = fields.one_of("role", ROLES)
     content = fields.get("content", (str, list), "a string or an array", required=True)
     return Message(ROLES[role], _text(content, f"{where}.content"))
 
@@ -191,28 +186,6 @@ def _tools(items: list[Any] | None) -> tuple[Tool, ...]:
         else:
             log.info("tools[%d]: a %r tool runs on OpenAI's side: left out", i, kind)
     return unique_tools(tuple(tools), "tools[{i}].name")
-
-
-def _tool_choice(value: str | dict[str, Any] | None) -> tuple[str, str | None]:
-    if value is None:
-        return "auto", None
-    if isinstance(value, str):
-        if value not in TOOL_CHOICES:
-            raise ApiError(
-                400,
-                f"Invalid value for 'tool_choice': {value!r}; expected one of "
-                f"{', '.join(TOOL_CHOICES)}, or an object naming a function.",
-                param="tool_choice",
-                code="invalid_value",
-            )
-        return value, None
-    fields = Fields(value, "tool_choice")
-    kind = fields.get("type", str, "a string", required=True)
-    if kind != "function":
-        raise unsupported("tool_choice.type", f"a tool choice of type {kind!r}")
-    name = fields.get("name", str, "a string", required=True)
-    fields.refuse_unread()
-    return "function", name
 
 
 def _text_format(value: dict[str, Any] | None) -> ConstraintSpec | None:

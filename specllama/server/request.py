@@ -17,14 +17,15 @@ from specllama.chat import Message
 from specllama.engine.constraint import ConstraintSpec
 from specllama.engine.noise import SEED_LIMIT
 from specllama.engine.sampling import SamplingParams
-from specllama.server.fields import ApiError, Fields, invalid_type
+from specllama.server.fields import ApiError, Fields, invalid_type, unsupported
 from specllama.tool_calls import Tool
 
 # OpenAI allows 4 stop strings; editor plugins send more. Each costs checks on every token.
 MAX_STOPS = 32
 MAX_STOP_CHARS = 256
+TOOL_CHOICES = ("none", "auto", "required")
 RANDOM_SEED = -1  # llama.cpp's convention for "no seed", which some clients send
-FUNCTION_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")  # OpenAI's rule for function names
+FUNCTION_NAME = re.compile(r"[a-zA-Z0-9_-]+")  # OpenAI's and Anthropic's rule for names
 
 
 @dataclass(frozen=True)
@@ -127,17 +128,46 @@ def stops(value: str | list[Any] | None, param: str) -> tuple[str, ...]:
     return tuple(given)
 
 
-def function_name(fields: Fields, where: str) -> str:
+def function_name(fields: Fields, where: str, longest: int = 64) -> str:
+    """A tool's name: 1 to `longest` letters, digits, underscores or dashes (OpenAI allows
+    64, Anthropic 128)."""
     name = fields.get("name", str, "a string", required=True)
-    if not FUNCTION_NAME.fullmatch(name):
+    if not (FUNCTION_NAME.fullmatch(name) and len(name) <= longest):
         raise ApiError(
             400,
-            f"Invalid '{where}': {name!r}; a function name is 1 to 64 letters, digits, "
+            f"Invalid '{where}': {name!r}; a function name is 1 to {longest} letters, digits, "
             "underscores or dashes.",
             param=where,
             code="invalid_value",
         )
     return name
+
+
+def tool_choice(value: str | dict[str, Any] | None, *, nested: bool) -> tuple[str, str | None]:
+    """OpenAI's tool_choice: "auto", "none", "required", or a function named as Chat
+    Completions names it, {"type": "function", "function": {"name"}} (`nested`), or as the
+    Responses API does, {"type": "function", "name"}. (choice, the function it forces)."""
+    if value is None:
+        return "auto", None
+    if isinstance(value, str):
+        if value not in TOOL_CHOICES:
+            raise ApiError(
+                400,
+                f"Invalid value for 'tool_choice': {value!r}; expected one of "
+                f"{', '.join(TOOL_CHOICES)}, or an object naming a function.",
+                param="tool_choice",
+                code="invalid_value",
+            )
+        return value, None
+    fields = Fields(value, "tool_choice")
+    kind = fields.get("type", str, "a string", required=True)
+    if kind != "function":
+        raise unsupported("tool_choice.type", f"a tool choice of type {kind!r}")
+    named = fields.child("function") if nested else fields
+    name = named.get("name", str, "a string", required=True)
+    named.refuse_unread()
+    fields.refuse_unread()
+    return "function", name
 
 
 def unique_tools(tools: tuple[Tool, ...], name_param: str) -> tuple[Tool, ...]:
