@@ -71,8 +71,9 @@ def stream(port: int, messages: list[dict], max_tokens: int) -> tuple[float, flo
     body |= {"temperature": 0}
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=1800)
     sent = time.perf_counter()
-    connection.request("POST", "/v1/chat/completions", json.dumps(body),
-                       {"Content-Type": "application/json"})
+    connection.request(
+        "POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"}
+    )
     response = connection.getresponse()
     first, pieces, n_chunks = None, [], 0
     for raw in response:
@@ -103,8 +104,10 @@ def trace(port: int, turns: int, max_tokens: int) -> list[tuple[str, float, floa
         ttft, rate, answer = stream(port, messages, max_tokens)
         rows.append((f"main {turn + 1}", ttft, rate))
         messages.append({"role": "assistant", "content": answer})
-        side = [{"role": "system", "content": side_system},
-                {"role": "user", "content": SIDE + QUESTIONS[turn % len(QUESTIONS)]}]
+        side = [
+            {"role": "system", "content": side_system},
+            {"role": "user", "content": SIDE + QUESTIONS[turn % len(QUESTIONS)]},
+        ]
         ttft, rate, _ = stream(port, side, 16)
         rows.append((f"side {turn + 1}", ttft, rate))
     return rows
@@ -133,8 +136,10 @@ def main() -> None:
             ttfts = [run[i][1] for run in runs]
             rates = [run[i][2] for run in runs]
             spread = f"{min(ttfts):.2f}-{max(ttfts):.2f}"
-            print(f"{name:<8} {statistics.median(ttfts):>16.2f} {spread:>14} "
-                  f"{statistics.median(rates):>8.1f}")
+            print(
+                f"{name:<8} {statistics.median(ttfts):>16.2f} {spread:>14} "
+                f"{statistics.median(rates):>8.1f}"
+            )
 
 
 if __name__ == "__main__":
