@@ -168,16 +168,35 @@ def _has_field(struct: ctypes.Structure, name: str) -> bool:
     return any(field[0] == name for field in type(struct)._fields_)
 
 
-def fill_batch(batch, tokens: Sequence[int], first_pos: int, logits_at: Container[int]) -> None:
-    """Put `tokens` in a llama_batch at positions from `first_pos`, sequence 0, with logits
-    wanted at the indices in `logits_at`."""
+def fill_batch(
+    batch,
+    tokens: Sequence[int],
+    first_pos: int,
+    logits_at: Container[int],
+    *,
+    seq: int = 0,
+    offset: int = 0,
+) -> None:
+    """Put `tokens` in a llama_batch from index `offset` on, at positions from `first_pos` of
+    sequence `seq`, with logits wanted at the indices in `logits_at` (indices into `tokens`)."""
     for i, token in enumerate(tokens):
-        batch.token[i] = token
-        batch.pos[i] = first_pos + i
-        batch.n_seq_id[i] = 1
-        batch.seq_id[i][0] = 0
-        batch.logits[i] = i in logits_at
-    batch.n_tokens = len(tokens)
+        at = offset + i
+        batch.token[at] = token
+        batch.pos[at] = first_pos + i
+        batch.n_seq_id[at] = 1
+        batch.seq_id[at][0] = seq
+        batch.logits[at] = i in logits_at
+    batch.n_tokens = offset + len(tokens)
+
+
+@dataclass(frozen=True)
+class Part:
+    """One sequence's share of a batch shared by several (`LlamaBackend.decode_parts`)."""
+
+    seq: int
+    first_pos: int
+    tokens: Sequence[int]
+    logits_at: Sequence[int]  # sorted indices into `tokens`
 
 
 def default_threads() -> int:
@@ -279,6 +298,11 @@ class EvaluatedTokens:
 class LlamaBackend(EvaluatedTokens):
     """A loaded model with one context (sequence 0).
 
+    `n_seq`: sequences the context holds (a server's slots), each with `n_ctx // n_seq` tokens
+    of its own KV cache (llama.cpp's streams, not one shared buffer: a sequence's attention
+    then spans only its own cells, as it would alone). This object's own bookkeeping is
+    sequence 0's; `specllama.llama.sequences` keeps the others'.
+
     `extra_buffers`: llama.cpp's extra buffer types (CPU weight repacking, AMX kernels). None
     decides it the safe way for this machine (`specllama.llama.amx`: off only where the AMX kernels
     crash); True or False forces it.
@@ -308,6 +332,7 @@ class LlamaBackend(EvaluatedTokens):
         rpc_timeout_s: float = rpc.DEFAULT_TIMEOUT_S,
         load_mtp: bool = False,
         rollback_depth: int = DEFAULT_ROLLBACK_DEPTH,
+        n_seq: int = 1,
     ) -> None:
         self.path = Path(path)
         _check_gguf(self.path)
@@ -355,6 +380,8 @@ class LlamaBackend(EvaluatedTokens):
         ctx_params.n_ubatch = n_batch
         ctx_params.n_threads = threads
         ctx_params.n_threads_batch = threads
+        ctx_params.n_seq_max = n_seq
+        ctx_params.kv_unified = False
         # A model stored all in F32 is there for exact arithmetic: its KV cache stays F32 too,
         # without flash attention (which takes K and V in F16). Batched and one-token decodes
         # then agree to ~2e-5 in the logits instead of ~1e-2 (SmolLM2-135M, measured), so a
@@ -378,7 +405,8 @@ class LlamaBackend(EvaluatedTokens):
             raise ModelLoadError(f"llama.cpp could not create a context for {self.path}")
         self._memory = llama_cpp.llama_get_memory(self._ctx)
         # llama.cpp pads the context up (to 256); the limit the user asked for is the one we keep.
-        self.n_ctx = min(n_ctx, llama_cpp.llama_n_ctx(self._ctx))
+        self.n_ctx = min(n_ctx // n_seq, llama_cpp.llama_n_ctx_seq(self._ctx))
+        self.n_seq = n_seq
         # llama.cpp may round n_ctx up and clamp the batch to it: use what it chose.
         self.n_batch = min(llama_cpp.llama_n_batch(self._ctx), llama_cpp.llama_n_ubatch(self._ctx))
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
@@ -558,6 +586,43 @@ class LlamaBackend(EvaluatedTokens):
             self.on_decoded(self.n_past, len(chunk))
         self.tokens.extend(chunk)
 
+    def decode_parts(self, parts: Sequence[Part]) -> list[np.ndarray]:
+        """Evaluate several sequences' tokens in ONE llama_decode (together at most n_batch);
+        return each part's logits rows (copies), in order. The caller keeps each sequence's
+        bookkeeping (`specllama.llama.sequences`); this context's own, sequence 0's, is not
+        touched."""
+        offset = 0
+        for part in parts:
+            fill_batch(
+                self._batch,
+                part.tokens,
+                part.first_pos,
+                part.logits_at,
+                seq=part.seq,
+                offset=offset,
+            )
+            offset += len(part.tokens)
+        started = time.perf_counter()
+        with self._waiting():
+            status = self._lib.llama_decode(self._ctx, self._batch)
+            if status != 0:
+                raise ContextOverflowError(
+                    f"llama.cpp failed to evaluate a batch of {offset} tokens (status {status})",
+                    hint="the context may be full: try a larger --ctx",
+                )
+            rows = self._logits_view(sum(len(part.logits_at) for part in parts))
+            out, first = [], 0
+            for part in parts:  # flagged rows come back in batch order
+                out.append(np.array(rows[first : first + len(part.logits_at)]))
+                first += len(part.logits_at)
+        self.n_decoded += offset
+        self.decode_seconds += time.perf_counter() - started
+        return out
+
+    def forget(self, seq: int, n_past: int) -> None:
+        """Drop sequence `seq`'s cache from position `n_past` on (a KV cache only)."""
+        self._lib.llama_memory_seq_rm(self._memory, seq, n_past, -1)
+
     def _forget(self, n_past: int) -> None:
         if self._checkpoint is not None and self._checkpoint[0] > n_past:
             self._checkpoint = None  # it holds tokens that are going
@@ -575,25 +640,34 @@ class LlamaBackend(EvaluatedTokens):
     def save_state(self) -> SavedState:
         """What this context has evaluated, its KV cache copied out (sequence 0): a prompt
         cache keeps it, to bring this context back to it later without evaluating again."""
-        lib = self._lib
-        size = lib.llama_state_seq_get_size(self._ctx, 0)
-        data = (ctypes.c_uint8 * size)()  # kept as is: no copy into Python objects
-        written = lib.llama_state_seq_get_data(self._ctx, data, size, 0)
-        return SavedState(tuple(self.tokens), data, written)
+        return self.save_sequence(0, self.tokens)
 
     def load_state(self, saved: SavedState) -> bool:
         """Make the context hold what `saved` holds (False, and an empty context, if llama.cpp
         refuses it)."""
-        lib = self._lib
         self._checkpoint = None
-        lib.llama_memory_seq_rm(self._memory, 0, 0, -1)
         self.tokens = []
-        if saved.size == 0 or not lib.llama_state_seq_set_data(
-            self._ctx, saved.data, saved.size, 0
-        ):
+        if not self.load_sequence(0, saved):
             return False
         self.tokens = list(saved.tokens)
         return True
+
+    def save_sequence(self, seq: int, tokens: Sequence[int]) -> SavedState:
+        """Sequence `seq`'s KV cache copied out, with the tokens it holds."""
+        lib = self._lib
+        size = lib.llama_state_seq_get_size(self._ctx, seq)
+        data = (ctypes.c_uint8 * size)()  # kept as is: no copy into Python objects
+        written = lib.llama_state_seq_get_data(self._ctx, data, size, seq)
+        return SavedState(tuple(tokens), data, written)
+
+    def load_sequence(self, seq: int, saved: SavedState) -> bool:
+        """Make sequence `seq` hold `saved` (False, and the sequence empty, if llama.cpp
+        refuses it). Any sequence's saved state loads into any other."""
+        lib = self._lib
+        lib.llama_memory_seq_rm(self._memory, seq, 0, -1)
+        if saved.size == 0:
+            return False
+        return bool(lib.llama_state_seq_set_data(self._ctx, saved.data, saved.size, seq))
 
     # -- recurrent state checkpoints --------------------------------------------------------
 

@@ -1,0 +1,191 @@
+"""Several sequences in one context, decoded together: a server's slots.
+
+Each slot runs the one-sequence speculative loop on its own thread, over `SequenceView`s of the
+shared models: a view keeps its sequence's bookkeeping (`EvaluatedTokens`) and hands its
+decodes to the `Stepper`. The stepper's thread (the only one that calls llama_decode: llama.cpp
+starts an OpenMP team per calling thread, and a second team slows the first) waits until every
+slot that is running is waiting for a decode, then evaluates all that is asked of each model in
+ONE llama_decode per model: the slots' verify batches (and prompt chunks) together in the
+target, their draft tokens together in the draft model. A slot's long prompt goes in chunks of
+`chunk` tokens, one per step, so the others' answers keep flowing meanwhile.
+
+Everything else a view does to its sequence (cut it back, save or load its state) happens under
+the model's lock, between steps.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from specllama.llama.backend import EvaluatedTokens, LlamaBackend, Part, SavedState
+
+
+@dataclass
+class _Request:
+    model: LlamaBackend
+    part: Part
+    done: threading.Event = field(default_factory=threading.Event)
+    rows: np.ndarray | None = None
+    error: BaseException | None = None
+    seconds: float = 0.0  # the step's time, charged to each slot in it
+
+
+class Stepper:
+    """Gathers the slots' decodes into one batched step per model (see the module's doc)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._pending: list[_Request] = []
+        self._running = 0  # slots in a generation: each is computing or has one request pending
+        self._stopping = False
+        self.locks: dict[int, threading.Lock] = {}  # per model: llama.cpp calls off the step
+        self.steps = 0
+
+    def lock(self, model: LlamaBackend) -> threading.Lock:
+        with self._cond:
+            return self.locks.setdefault(id(model), threading.Lock())
+
+    # -- the slots' side ------------------------------------------------------------------
+
+    def enter(self) -> None:
+        """A slot starts a generation: steps wait for it too from now on."""
+        with self._cond:
+            self._running += 1
+
+    def leave(self) -> None:
+        """A slot's generation is over (its thread decodes nothing until it enters again)."""
+        with self._cond:
+            self._running -= 1
+            self._cond.notify_all()
+
+    def decode(self, model: LlamaBackend, part: Part) -> tuple[np.ndarray, float]:
+        """From a slot's thread: evaluate `part` in the next step; its logits rows (a copy)
+        and the step's seconds."""
+        request = _Request(model, part)
+        with self._cond:
+            self._pending.append(request)
+            self._cond.notify_all()
+        request.done.wait()
+        if request.error is not None:
+            raise request.error
+        assert request.rows is not None
+        return request.rows, request.seconds
+
+    # -- the stepper's thread -------------------------------------------------------------
+
+    def run(self, until: Callable[[], bool]) -> None:
+        """Step until `until()` is true and no slot is running (on the thread that does
+        every decode)."""
+        while True:
+            with self._cond:
+                while not self._ready():
+                    if until() and not self._running:
+                        return
+                    self._cond.wait(timeout=0.1)
+                batch, self._pending = self._pending, []
+            self._step(batch)
+
+    def _ready(self) -> bool:
+        # Every running slot is waiting: nothing more will join this step.
+        return bool(self._pending) and len(self._pending) >= self._running
+
+    def _step(self, requests: list[_Request]) -> None:
+        by_model: dict[int, list[_Request]] = {}
+        for request in requests:
+            by_model.setdefault(id(request.model), []).append(request)
+        for group in by_model.values():
+            model = group[0].model
+            for chunk in _fitting(group, model.n_batch):
+                started = time.perf_counter()
+                try:
+                    with self.lock(model):
+                        rows = model.decode_parts([request.part for request in chunk])
+                except BaseException as exc:  # each slot in the step sees the failure
+                    for request in chunk:
+                        request.error = exc
+                        request.done.set()
+                    continue
+                seconds = time.perf_counter() - started
+                for request, own in zip(chunk, rows):
+                    request.rows, request.seconds = own, seconds
+                    request.done.set()
+        self.steps += 1
+
+
+def _fitting(requests: list[_Request], n_batch: int) -> list[list[_Request]]:
+    """The requests in batches of at most n_batch tokens (each request is at most that)."""
+    batches: list[list[_Request]] = [[]]
+    used = 0
+    for request in requests:
+        n = len(request.part.tokens)
+        if used + n > n_batch and batches[-1]:
+            batches.append([])
+            used = 0
+        batches[-1].append(request)
+        used += n
+    return batches
+
+
+class SequenceView(EvaluatedTokens):
+    """Sequence `seq` of a shared model, as the loop sees a model of its own. Decodes go
+    through the stepper; what the loop reads of the model (vocabulary, name, ...) is the
+    shared model's."""
+
+    def __init__(self, model: LlamaBackend, seq: int, stepper: Stepper, chunk: int) -> None:
+        self.model = model
+        self.seq = seq
+        self.stepper = stepper
+        self.chunk = max(1, min(chunk, model.n_batch))
+        self.tokens = []
+        self.n_ctx = model.n_ctx  # this sequence's own share of the context
+        self.decode_seconds = 0.0
+        self.max_rollback = None
+        model.forget(seq, 0)  # its bookkeeping starts empty: so does the sequence
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.model, name)  # vocabulary, name, chat template, ...
+
+    def decode(
+        self, tokens: Sequence[int], logits_at: Sequence[int] = (), *, copy: bool = True
+    ) -> np.ndarray:
+        """As `LlamaBackend.decode`, in chunks of at most `chunk` tokens, one per step; the
+        rows are always copies."""
+        self.model.check_fits(self.n_past + len(tokens))
+        wanted = sorted(set(logits_at))
+        out = np.empty((len(wanted), self.model.n_vocab), dtype=np.float32)
+        filled = 0
+        for start in range(0, len(tokens), self.chunk):
+            chunk = list(tokens[start : start + self.chunk])
+            in_chunk = [i - start for i in wanted if start <= i < start + len(chunk)]
+            part = Part(self.seq, self.n_past, chunk, in_chunk)
+            rows, seconds = self.stepper.decode(self.model, part)
+            out[filled : filled + len(in_chunk)] = rows
+            filled += len(in_chunk)
+            self.tokens.extend(chunk)
+            self.decode_seconds += seconds
+        if list(logits_at) == wanted:
+            return out
+        row_of = {position: row for row, position in enumerate(wanted)}
+        return out[[row_of[i] for i in logits_at]]
+
+    def _forget(self, n_past: int) -> None:
+        with self.stepper.lock(self.model):
+            self.model.forget(self.seq, n_past)
+
+    def save_state(self) -> SavedState:
+        with self.stepper.lock(self.model):
+            return self.model.save_sequence(self.seq, self.tokens)
+
+    def load_state(self, saved: SavedState) -> bool:
+        self.tokens = []
+        with self.stepper.lock(self.model):
+            loaded = self.model.load_sequence(self.seq, saved)
+        if loaded:
+            self.tokens = list(saved.tokens)
+        return loaded

@@ -1,0 +1,108 @@
+"""Sequences of one context decoded together (a server's slots), on the F32 SmolLM2: what each
+sequence gets from a batched step is what it gets alone."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+from specllama.llama.backend import LlamaBackend, Part
+from specllama.llama.sequences import SequenceView, Stepper, _fitting, _Request
+
+pytestmark = pytest.mark.slow
+
+TEXTS = ["def fibonacci(n):\n    if n < 2:", "The capital of France is", "1, 2, 3, 4, 5,"]
+
+
+@pytest.fixture(scope="module")
+def shared(smol_f32):
+    with LlamaBackend(smol_f32, n_ctx=3 * 256, n_batch=64, n_seq=3) as backend:
+        yield backend
+
+
+@pytest.fixture(scope="module")
+def alone(smol_f32):
+    with LlamaBackend(smol_f32, n_ctx=256, n_batch=64) as backend:
+        yield backend
+
+
+def each_alone(alone: LlamaBackend, tokens: list[int]) -> np.ndarray:
+    alone.rollback(0)
+    return alone.decode(tokens, range(len(tokens)))
+
+
+def on_slots(stepper: Stepper, works: list[Callable[[], object]]) -> list[object]:
+    """Each work on its own thread, as a slot runs it, the stepper stepping meanwhile."""
+    results: list[object] = [None] * len(works)
+    done = threading.Event()
+
+    def slot(i: int) -> None:
+        try:
+            results[i] = works[i]()
+        finally:
+            stepper.leave()
+
+    threads = [threading.Thread(target=slot, args=(i,)) for i in range(len(works))]
+    for thread in threads:
+        stepper.enter()  # all of them before the first step
+        thread.start()
+    waiter = threading.Thread(target=lambda: ([t.join() for t in threads], done.set()))
+    waiter.start()
+    stepper.run(until=done.is_set)
+    waiter.join()
+    return results
+
+
+def test_each_sequence_of_a_batched_step_gets_its_own_logits(shared, alone):
+    """Three prompts of different lengths, in chunks of 4 tokens a step: every position's
+    logits are the prompt's alone (F32: to rounding), each sequence sees only its own cells."""
+    stepper = Stepper()
+    views = [SequenceView(shared, seq, stepper, chunk=4) for seq in range(3)]
+    prompts = [shared.tokenize(text, add_bos=False) for text in TEXTS]
+    works = [
+        lambda view=view, tokens=tokens: view.decode(tokens, range(len(tokens)))
+        for view, tokens in zip(views, prompts)
+    ]
+    results = on_slots(stepper, works)
+    longest = max(len(tokens) for tokens in prompts)
+    assert stepper.steps == -(-longest // 4)  # a chunk of each prompt per step, all together
+    for view, tokens, rows in zip(views, prompts, results):
+        expected = each_alone(alone, tokens)
+        np.testing.assert_allclose(rows, expected, atol=2e-3)
+        assert (rows.argmax(axis=1) == expected.argmax(axis=1)).all()
+        assert view.tokens == tokens and view.n_past == len(tokens)
+
+
+def test_a_sequence_cut_back_goes_on_as_if_it_never_went_further(shared, alone):
+    stepper = Stepper()
+    view = SequenceView(shared, 1, stepper, chunk=64)
+    tokens = shared.tokenize(TEXTS[0], add_bos=False)
+    on_slots(stepper, [lambda: view.decode([*tokens, 7, 8, 9], [])])
+    view.rollback(len(tokens) - 2)  # as a rejected draft is taken back
+    rows = on_slots(stepper, [lambda: view.decode(tokens[-2:], [0, 1])])[0]
+    np.testing.assert_allclose(rows, each_alone(alone, tokens)[-2:], atol=2e-3)
+
+
+def test_a_saved_sequence_loads_into_another(shared, alone):
+    stepper = Stepper()
+    first, second = (SequenceView(shared, seq, stepper, chunk=64) for seq in (0, 2))
+    tokens = shared.tokenize(TEXTS[1], add_bos=False)
+    on_slots(stepper, [lambda: first.decode(tokens[:-1], [])])
+    assert second.load_state(first.save_state())
+    assert second.tokens == tokens[:-1]
+    rows = on_slots(stepper, [lambda: second.decode(tokens[-1:], [0])])[0]
+    np.testing.assert_allclose(rows[0], each_alone(alone, tokens)[-1], atol=2e-3)
+
+
+def test_requests_are_split_into_batches_the_context_takes():
+    def request(n: int) -> _Request:
+        return _Request(model=None, part=Part(0, 0, list(range(n)), []))  # type: ignore[arg-type]
+
+    sizes = [
+        [len(r.part.tokens) for r in batch]
+        for batch in _fitting([request(n) for n in (30, 30, 10, 64, 1)], 64)
+    ]
+    assert sizes == [[30, 30], [10], [64], [1]]
