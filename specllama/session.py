@@ -6,6 +6,7 @@ the drafter, turning messages into prompt tokens, and running the loop.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -36,7 +37,12 @@ from specllama.engine.speculative import generate
 from specllama.errors import ModelLoadError, UsageError
 from specllama.llama import gguf_info, rpc
 from specllama.llama.assistant import AssistantHead
-from specllama.llama.backend import LlamaBackend, build_facts, default_threads
+from specllama.llama.backend import (
+    EvaluatedTokens,
+    LlamaBackend,
+    build_facts,
+    default_threads,
+)
 from specllama.llama.dflash import DFlashHead
 from specllama.llama.eagle3 import Eagle3Head
 from specllama.llama.grammar import tokenizer_for
@@ -139,6 +145,8 @@ class EngineConfig:
     rpc_timeout_s: float = DEFAULT_TIMEOUT_S
     # Keep the memory of prompts and answers in this folder between runs (None: in RAM only).
     remember: Path | None = None
+    # Sequences each context holds, n_ctx tokens each: a server's slots (`--parallel`).
+    n_seq: int = 1
 
     def __post_init__(self) -> None:
         check_drafter(self.drafter)
@@ -150,6 +158,14 @@ class EngineConfig:
             raise UsageError("--drafter model needs a draft model (--draft or --pair)")
         if self.drafter in HEAD_KINDS and self.draft is None:
             raise UsageError(f"--drafter {self.drafter} needs the head's file (--draft FILE.gguf)")
+        if self.n_seq < 1:
+            raise UsageError(f"--parallel must be at least 1, got {self.n_seq}")
+        if self.n_seq > 1 and (self.drafter in HEAD_KINDS or self.drafter == "mtp"):
+            raise UsageError(
+                f"--parallel {self.n_seq} cannot run --drafter {self.drafter}: a draft head "
+                "reads the target's hidden rows of one sequence",
+                hint="--parallel 1, or --drafter model / ngram",
+            )
 
     @property
     def mtp(self) -> bool:
@@ -175,7 +191,8 @@ class Engine:
             self.workers = rpc.check_workers(config.rpc, version=build_facts().version)
         self.target = LlamaBackend(
             config.target,
-            n_ctx=config.n_ctx,
+            n_ctx=config.n_ctx * config.n_seq,
+            n_seq=config.n_seq,
             n_gpu_layers=config.n_gpu_layers,
             n_threads=config.n_threads,
             extra_buffers=config.extra_buffers,
@@ -183,6 +200,13 @@ class Engine:
             rpc_timeout_s=config.rpc_timeout_s,
             load_mtp=config.mtp,
         )
+        if config.n_seq > 1 and self.target.recurrent:
+            self.target.close()
+            raise UsageError(
+                f"{config.target.name} has recurrent layers: its slots could not be cut back "
+                "to any prefix, so it serves one sequence",
+                hint="--parallel 1",
+            )
         # One line each, for the faces to show: what this pair cannot do here, and why.
         self.notices: list[str] = []
         if self.target.max_rollback == 0:
@@ -207,7 +231,8 @@ class Engine:
                 )
             self.draft_model = LlamaBackend(
                 config.draft,
-                n_ctx=config.n_ctx,
+                n_ctx=config.n_ctx * config.n_seq,
+                n_seq=config.n_seq,
                 n_gpu_layers=config.n_gpu_layers_draft,
                 n_threads=config.n_threads,
                 extra_buffers=config.extra_buffers,
@@ -224,6 +249,19 @@ class Engine:
         self.adaptive_draft_max = config.adaptive_draft_max
         self.calibration: calibration.Calibration | None = None
         self.controller: DraftController | None = None  # adaptive: kept across generations
+        self.pipelining = True  # the draft model may draft the next round beside a verify
+
+    def for_sequences(self, target: EvaluatedTokens, draft: EvaluatedTokens | None) -> Engine:
+        """This engine as one of a server's slots runs it: the same models, calibration and
+        memory, through views of its own sequences of them (`specllama.llama.sequences`),
+        with its own drafter and controller; no drafting on a second thread (the slots'
+        decodes are batched on one)."""
+        slot = copy.copy(self)
+        slot.target, slot.draft_model = target, draft  # type: ignore[assignment]
+        slot.drafter = slot.make_drafter(self.config.drafter)
+        slot.controller = None
+        slot.pipelining = False
+        return slot
 
     def drafter_choices(self) -> list[str]:
         """The drafters `make_drafter` can make with the models loaded."""
@@ -344,6 +382,7 @@ class Engine:
             max_tokens=max_tokens,
             controller=controller,
             constraint=constraint.start() if constraint is not None else None,
+            pipelining=self.pipelining,
         )
         events = self._remembered(events, prompt, drafter, prediction)
         return self._reviewed(events) if controller is self.controller else events

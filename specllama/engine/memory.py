@@ -20,6 +20,7 @@ research/memory_cost.py), a small part of a target token.
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -55,6 +56,8 @@ class TokenMemory:
         self._tokens = np.full(0, _GAP, dtype=np.int32)
         self._hashes = np.zeros(0, dtype=np.uint64)
         self._size = 0
+        # A server's slots draft from it and add to it from their own threads.
+        self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return self._size
@@ -74,12 +77,17 @@ class TokenMemory:
             return  # nothing in it could ever be drafted from
         tokens = np.asarray(document, dtype=np.int32)[-(self.max_tokens - 1) :]
         new = np.concatenate([tokens, [_GAP]]).astype(np.int32)
-        if self._size + len(new) > self.max_tokens:
-            self._drop_oldest(self._size + len(new) - self.max_tokens // 2)
-        self._append(new)
+        with self._lock:
+            if self._size + len(new) > self.max_tokens:
+                self._drop_oldest(self._size + len(new) - self.max_tokens // 2)
+            self._append(new)
 
     def load(self, tokens: np.ndarray) -> None:
         """Replace what is remembered with `tokens` (as `tokens()` gave them)."""
+        with self._lock:
+            self._load(tokens)
+
+    def _load(self, tokens: np.ndarray) -> None:
         self._tokens = np.full(0, _GAP, dtype=np.int32)
         self._hashes = np.zeros(0, dtype=np.uint64)
         self._size = 0
@@ -117,9 +125,7 @@ class TokenMemory:
 
     # -- queries ----------------------------------------------------------------------------
 
-    def longest_match(self, context: Sequence[int]) -> MemoryMatch | None:
-        """The longest occurrences in memory of the end of `context` (at least KEY tokens),
-        each followed by at least one token; None when there is none."""
+    def _longest_match(self, context: Sequence[int]) -> MemoryMatch | None:
         if len(context) < KEY or self._size <= KEY:
             return None
         tail = np.asarray(context[-MAX_MATCH:], dtype=np.int32)
@@ -129,6 +135,12 @@ class TokenMemory:
         if not len(ends):
             return None
         return self._longest(ends, tail)
+
+    def longest_match(self, context: Sequence[int]) -> MemoryMatch | None:
+        """The longest occurrences in memory of the end of `context` (at least KEY tokens),
+        each followed by at least one token; None when there is none."""
+        with self._lock:
+            return self._longest_match(context)
 
     def _longest(self, ends: np.ndarray, tail: np.ndarray) -> MemoryMatch | None:
         """Compare the tokens before each candidate end with `tail`, backwards, all at once
@@ -151,8 +163,13 @@ class TokenMemory:
         """Up to n tokens after the match: at each step the token most of the surviving
         occurrences continue with (the latest among equals), until its estimated chance (the
         product of the shares so far) falls below `min_chance` or no occurrence goes on."""
+        with self._lock:
+            return self._continuation(match, n, min_chance)
+
+    def _continuation(self, match: MemoryMatch, n: int, min_chance: float) -> list[int]:
         tokens = self._tokens
         survivors = match.ends + 1
+        survivors = survivors[survivors < self._size]  # memory may have dropped its oldest since
         chance = 1.0
         draft: list[int] = []
         while len(draft) < n and len(survivors):

@@ -92,11 +92,13 @@ def generate(
     max_tokens: int,
     controller: DraftController | None = None,
     constraint: Constraint | None = None,
+    pipelining: bool = True,
 ) -> Iterator[Event]:
     """Generate after `prompt`; yield TokenEvent per emitted token, RoundEvent per round, and
     one FinishEvent last. Reuses whatever prefix of `prompt` the target has already evaluated.
     A sampled generation without a seed draws one; the FinishEvent's stats report it.
-    `constraint`: a fresh matcher (`Grammar.start`) the answer must satisfy.
+    `constraint`: a fresh matcher (`Grammar.start`) the answer must satisfy. `pipelining`
+    False: never draft on a second thread (a server's slot, whose decodes are batched).
     """
     if not prompt:
         raise UsageError("the prompt is empty")
@@ -134,7 +136,8 @@ def generate(
                     drafter.sources(context), remaining=left, generated=stats.n_generated
                 )
                 k = max(0, min(k, most))
-                plan = _Plan(source, k, _ahead_max(controller, source, k, left, room))
+                ahead_max = _ahead_max(controller, source, k, left, room) if pipelining else 0
+                plan = _Plan(source, k, ahead_max)
             round_ = _round(
                 target, drafter, context, plan, controller, params, ahead, constraint, forced
             )
