@@ -336,6 +336,7 @@ def engine_config(
     adaptive: bool = True,
     rpc_workers: str | None = None,
     remember: Path | None = None,
+    n_seq: int = 1,
 ) -> EngineConfig:
     """The command-line model options -> what the Engine loads (validated before any download)."""
     if drafter is not None:
@@ -379,6 +380,7 @@ def engine_config(
         rpc=workers,
         remember=remember,
         rpc_timeout_s=rpc_timeout_s,
+        n_seq=n_seq,
     )
 
 

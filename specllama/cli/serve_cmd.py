@@ -34,6 +34,7 @@ from specllama.cli.options import (
 )
 from specllama.engine.sampling import SamplingParams
 from specllama.errors import UsageError
+from specllama.llama.backend import build_facts
 from specllama.llama.rpc import is_loopback
 from specllama.models.catalog import load_catalog
 from specllama.session import Engine
@@ -53,6 +54,13 @@ def default_cache_mb() -> int:
     """An eighth of the machine's memory, at most 8 GB: room for a few long conversations
     (a 12K-token prompt holds ~150 MB on a 0.5B model, ~350 MB on a 1.5B one)."""
     return min(psutil.virtual_memory().total // 8 // 2**20, 8192)
+
+
+def default_parallel(gpu_layers: int | None) -> int:
+    """Slots where a batch of several sequences costs little more than one (a GPU); on a CPU,
+    where a step's cost grows with its tokens, one slot."""
+    on_gpu = build_facts().gpu_offload and gpu_layers != 0
+    return 4 if on_gpu else 1
 
 
 def serve(
@@ -89,9 +97,21 @@ def serve(
             help="Require 'Authorization: Bearer KEY' on every /v1 request.",
         ),
     ] = None,
+    parallel: Annotated[
+        int | None,
+        typer.Option(
+            "--parallel",
+            "-np",
+            metavar="N",
+            min=1,
+            show_default=False,
+            help="Requests answered at once, each in its own slot of --ctx tokens, their "
+            "decodes batched into one step. Default: 1 on a CPU, 4 with a GPU.",
+        ),
+    ] = None,
     queue: Annotated[
         int,
-        typer.Option("--queue", min=0, help="Requests that may wait behind the running one."),
+        typer.Option("--queue", min=0, help="Requests that may wait for a free slot."),
     ] = 8,
     cors: Annotated[
         list[str] | None,
@@ -161,6 +181,7 @@ def serve(
         adaptive=adaptive,
         rpc_workers=rpc,
         remember=remember,
+        n_seq=parallel or default_parallel(gpu_layers),
     )
     # A catalogue pair is served under its name; a --target under its file name (an Ollama or
     # LM Studio model under its name there: its file name is a digest or a quantisation).

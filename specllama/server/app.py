@@ -1,28 +1,31 @@
 """`specllama serve`: the HTTP APIs (Starlette on uvicorn) over one loaded Engine.
 
-Routes: GET /health, GET /v1/models[/{id}], and one POST route per wire format, each its own
-module that reads its request into the one request type and writes its answer back, whole or
-as server-sent events: /v1/chat/completions and /v1/completions (openai_chat), /v1/responses
-(openai_responses), /v1/messages and /v1/messages/count_tokens (anthropic); the chat page at /
-(page) and what it shows of the server at GET /specllama/status. Every request passes the
-guard first (guard: Host, Origin, JSON bodies).
+Routes: GET /health, GET /slots, GET /v1/models[/{id}], and one POST route per wire format,
+each its own module that reads its request into the one request type and writes its answer
+back, whole or as server-sent events: /v1/chat/completions and /v1/completions (openai_chat),
+/v1/responses (openai_responses), /v1/messages and /v1/messages/count_tokens (anthropic); the
+chat page at / (page) and what it shows of the server at GET /specllama/status. Every request
+passes the guard first (guard: Host, Origin, JSON bodies).
 
 A request is read by its API, prepared off the event loop (prepare: prompt tokens, tool-call
-syntax, output rule) and queued: generations run one at a time on the queue's worker thread
-(queue), and their text comes back here to the API's Answer, as events or one body. Every
-error a client can cause is answered in its API's error envelope; anything else is a 500
-with one log line, never a dead server.
+syntax, output rule) and queued: the queue's slots run the generations, one each, several at
+once with --parallel (queue, slots), and their text comes back here to the API's Answer, as
+events or one body. Every error a client can cause is answered in its API's error envelope;
+anything else is a 500 with one log line, never a dead server.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import hmac
 import logging
 import os
+import signal
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -69,7 +72,7 @@ SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 class Settings:
     model_id: str  # the name /v1/models lists first and answers carry; requests may use any
     api_key: str | None = None
-    max_waiting: int = 8  # requests queued behind the running one; beyond: 503
+    max_waiting: int = 8  # requests waiting for a free slot; beyond: 503
     defaults: SamplingParams = field(default_factory=SamplingParams)  # what a request omits
     max_body_bytes: int = MAX_BODY_BYTES
     host: str = "127.0.0.1"  # the address served: requests must name it (or an address)
@@ -93,10 +96,18 @@ class Api:
     # -- routes -----------------------------------------------------------------------------
 
     async def health(self, request: Request) -> Response:
-        busy = {"generating": int(self.queue.running is not None), "waiting": self.queue.waiting}
-        cache = self.queue.cache.facts() if self.queue.cache is not None else None
+        queue = self.queue
+        busy = {"generating": len(queue.running), "waiting": queue.waiting}
+        busy["slots"] = queue.pool.size
+        cache = queue.cache.facts() if queue.cache is not None else None
         facts = {"status": "ok", "model": self.settings.model_id, **busy, "prompt_cache": cache}
         return JSONResponse(facts)
+
+    async def slots(self, request: Request) -> Response:
+        """Each slot: busy or free, what its sequence holds, and its answer's figures so far."""
+        cache = self.queue.cache.facts() if self.queue.cache is not None else None
+        facts = {"slots": self.queue.slot_facts(), "waiting": self.queue.waiting}
+        return JSONResponse({**facts, "prompt_cache": cache})
 
     async def models(self, request: Request) -> Response:
         cards = [self._model_card(name) for name in self._names()]
@@ -157,6 +168,7 @@ class Api:
             *page_routes(),
             Route("/health", _errors_as_json(self.health)),
             Route("/specllama/status", self._guarded(self.status)),
+            Route("/slots", self._guarded(self.slots)),
             Route("/v1/models", self._guarded(self.models)),
             Route("/v1/models/{model:path}", self._guarded(self.model)),
             *[
@@ -267,8 +279,9 @@ class Api:
     def _busy(self) -> ApiError:
         return ApiError(
             503,
-            "The server is busy: it runs one generation at a time, and the queue of requests "
-            f"waiting for their turn (--queue {self.settings.max_waiting}) is full. Retry shortly.",
+            f"The server is busy: its {self.queue.pool.size} slot(s) (--parallel) are answering, "
+            f"and the queue of requests waiting for one (--queue {self.settings.max_waiting}) is "
+            "full. Retry shortly.",
             code="server_busy",
             headers={"Retry-After": str(RETRY_AFTER_S)},
         )
@@ -450,11 +463,18 @@ def startup_facts(engine: Engine, settings: Settings) -> list[str]:
         workers = f" (layers on RPC workers {', '.join(config.rpc)})"
     return [
         f"model {settings.model_id!r}: target {config.target.name}{workers} · {drafter} · {mode}",
-        f"ctx {engine.target.n_ctx} · one generation at a time, {settings.max_waiting} may wait"
+        f"ctx {engine.target.n_ctx}{_slots_fact(engine.config.n_seq)}, "
+        f"{settings.max_waiting} may wait"
         f" · temperature {settings.defaults.temperature:g} when a request sets none{key}",
         _cache_fact(engine, settings.cache_bytes),
         "Ctrl-C stops the server",
     ]
+
+
+def _slots_fact(n_slots: int) -> str:
+    if n_slots == 1:
+        return " · one generation at a time (--parallel 1)"
+    return f" per slot · {n_slots} generations at once (--parallel {n_slots})"
 
 
 def _cache_fact(engine: Engine, limit_bytes: int) -> str:
@@ -463,6 +483,28 @@ def _cache_fact(engine: Engine, limit_bytes: int) -> str:
     if why := unusable(engine):
         return f"prompt cache off: {why}"
     return f"prompt cache in RAM: up to {limit_bytes // 2**20} MB of earlier prompts (--cache-ram)"
+
+
+class _Terminated(Exception):
+    """SIGTERM, as uvicorn raises it again once it has stopped."""
+
+
+@contextlib.contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """SIGTERM raises _Terminated meanwhile (as Ctrl-C raises KeyboardInterrupt), so that the
+    server stops as on Ctrl-C: the slots finish, the memory is saved, exit status 0."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signals are the main thread's
+        return
+
+    def terminated(signum: int, frame: object) -> None:
+        raise _Terminated
+
+    previous = signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 class _Server(uvicorn.Server):
@@ -486,8 +528,8 @@ def run(
     on_ready: Callable[[], None] | None = None,
 ) -> None:
     """Serve until Ctrl-C or SIGTERM. `prepare` runs first on the generation thread (see
-    GenerationQueue), then `on_ready`. On Ctrl-C the running generation stops at its next
-    event, and its response ends with an error chunk (streamed) or a 503."""
+    GenerationQueue), then `on_ready`. On Ctrl-C or SIGTERM the running generations stop at
+    their next event, and their responses end with an error chunk (streamed) or a 503."""
     cache = PromptCache(engine, settings.cache_bytes)
     queue = GenerationQueue(engine, max_waiting=settings.max_waiting, prepare=prepare, cache=cache)
     app = create_app(engine, queue, settings)
@@ -501,8 +543,9 @@ def run(
     if on_ready is not None:
         on_ready()
     try:
-        _Server(config, queue).run(sockets=[sock])
-    except KeyboardInterrupt:
-        pass  # uvicorn raises the Ctrl-C it handled again once it has stopped: done
+        with _sigterm_raises():
+            _Server(config, queue).run(sockets=[sock])
+    except (KeyboardInterrupt, _Terminated):
+        pass  # uvicorn raises the signal it handled again once it has stopped: done
     finally:
         queue.close()  # before the caller frees the models

@@ -2,12 +2,13 @@
 begins as an earlier one did (an agent's main conversation after a side request; one client
 among several) evaluates only what is new.
 
-The contexts hold one sequence: the conversation answered last. Before a request runs, the
-longest prefix of its prompt held anywhere wins. A request that would throw away more than
-MIN_TOKENS of what the contexts hold has that state saved first (the conversation may come
-back); a saved state that holds more of the prompt than the contexts do (by MIN_TOKENS) is then
-loaded. The target's state and the draft model's are saved together; the drafters catch up on
-what they lack, as they do after any rollback.
+Each slot's sequence holds the conversation it answered last (the queue gives a request to the
+free slot that holds the most of it). Before a request runs, the longest prefix of its prompt
+held anywhere wins. A request that would throw away more than MIN_TOKENS of what its slot holds
+has that state saved first (the conversation may come back); a saved state that holds more of
+the prompt than the slot does (by MIN_TOKENS) is then loaded, into whichever slot runs it. The
+target's state and the draft model's are saved together; the drafters catch up on what they
+lack, as they do after any rollback.
 
 Saved states are kept by recency within a bound in bytes (--cache-ram); one that would not fit
 alone is not kept, and one that a newer state extends is dropped. A failure to save or load
@@ -19,6 +20,7 @@ a recurrent target cannot be cut back to any prefix: with those the cache is off
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass
 
 from specllama.llama.backend import SavedState, common_prefix_length
@@ -60,6 +62,7 @@ class PromptCache:
         self.limit = limit_bytes if unusable(engine) is None else 0
         self._entries: list[Entry] = []  # least recently used first
         self.loads = 0  # requests that got their prefix from a saved state
+        self._lock = threading.Lock()  # a server's slots restore from their own threads
 
     @property
     def used(self) -> int:
@@ -74,26 +77,31 @@ class PromptCache:
             "loads": self.loads,
         }
 
-    def restore(self, prompt: list[int]) -> None:
-        """Before `prompt` runs: save what it would throw away, and load the saved state that
-        holds the most of it, when that beats what the contexts hold."""
+    def restore(self, prompt: list[int], slot: Engine | None = None) -> None:
+        """Before `prompt` runs (on `slot`, a server slot's view of the engine; default: the
+        engine itself): save what it would throw away, and load the saved state that holds the
+        most of it, when that beats what the slot's contexts hold."""
         if self.limit <= 0:
             return
-        target = self._engine.target
+        with self._lock:
+            self._restore(prompt, slot or self._engine)
+
+    def _restore(self, prompt: list[int], slot: Engine) -> None:
+        target = slot.target
         here = target.common_prefix(prompt)
         if target.n_past - here > MIN_TOKENS:
             try:
-                self._save()
+                self._save(slot)
             except Exception as exc:  # a cache never fails a request
                 log.warning("the prompt cache could not save a state: %s", exc)
         if not self._entries:
             return
         best = max(self._entries, key=lambda e: common_prefix_length(e.tokens, prompt))
         if common_prefix_length(best.tokens, prompt) >= here + MIN_TOKENS:
-            self._load(best)
+            self._load(best, slot)
 
-    def _save(self) -> None:
-        target, draft = self._engine.target, self._engine.draft_model
+    def _save(self, slot: Engine) -> None:
+        target, draft = slot.target, slot.draft_model
         held = tuple(target.tokens)
         for entry in self._entries:
             if entry.tokens[: len(held)] == held:  # saved already, or within a longer one
@@ -108,8 +116,8 @@ class PromptCache:
         while self.used > self.limit:
             self._entries.pop(0)
 
-    def _load(self, entry: Entry) -> None:
-        target, draft = self._engine.target, self._engine.draft_model
+    def _load(self, entry: Entry, slot: Engine) -> None:
+        target, draft = slot.target, slot.draft_model
         self._touch(entry)
         try:
             loaded = target.load_state(entry.target)

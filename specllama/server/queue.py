@@ -1,10 +1,10 @@
-"""One generation at a time, in arrival order, on a worker thread that owns the engine.
+"""Requests in arrival order, each run by one of the server's slots.
 
-The models have one context each, so requests take turns: `GenerationQueue.submit` queues a
-Job (or refuses it when too many wait), the worker thread runs it and hands its text pieces to
-the job's asyncio queue. Cancelling a job (its client went away) drops it if it is still
-waiting, or stops its generation at the next event: closing the loop's generator rolls both
-contexts back to what was emitted, so the next request starts from a consistent cache.
+`GenerationQueue.submit` queues a Job (or refuses it when too many wait); a free slot runs it
+on its thread and hands its text pieces to the job's asyncio queue. Cancelling a job (its
+client went away) drops it if it is still waiting, or stops its generation at the next event:
+closing the loop's generator rolls the slot's contexts back to what was emitted, so its next
+request starts from a consistent cache.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import queue
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from specllama.engine.stats import GenerationStats, LiveCounter
 from specllama.engine.stops import StopMatcher
 from specllama.server.origins import Piece, TokenTape, origin
 from specllama.server.prompt_cache import PromptCache
+from specllama.server.slots import Slot, SlotPool
 from specllama.session import Engine
 
 log = logging.getLogger("specllama.server.app")
@@ -96,6 +96,7 @@ class Job:
         self.work = work
         self.state = "waiting"  # -> "running" -> "done", or "cancelled"
         self.cancelled = threading.Event()
+        self.progress: dict[str, object] = {}  # the answer's figures so far (Text.progress)
         self._loop = asyncio.get_running_loop()
         self._outputs: asyncio.Queue[Output] = asyncio.Queue()
 
@@ -114,10 +115,15 @@ class Job:
 
 
 class GenerationQueue:
-    """The worker thread does every llama.cpp computation: `prepare` (measuring the machine's
-    costs) runs there too, before the first job. llama.cpp's CPU threads are an OpenMP team
-    per calling thread, and a second team made the first generation thread's decodes about
-    30% slower on a 2-core machine."""
+    """Requests in arrival order, run by the server's slots (`specllama.server.slots`): one
+    slot runs one generation at a time on its own thread; with one slot (the default) it does
+    every llama.cpp computation itself, with more the stepper's thread does them, batched.
+    `prepare` (measuring the machine's costs) runs on that thread too, before the first job:
+    llama.cpp's CPU threads are an OpenMP team per calling thread, and a second team made the
+    first generation thread's decodes about 30% slower on a 2-core machine.
+
+    A job waiting for a slot goes to the free slot whose sequence holds the most of its prompt
+    (a conversation comes back to the slot that holds it); the prompt cache covers the rest."""
 
     def __init__(
         self,
@@ -128,16 +134,18 @@ class GenerationQueue:
         cache: PromptCache | None = None,
     ) -> None:
         self._engine = engine
-        self.cache = cache  # brings the contexts to the longest prefix held, before each job
+        self.cache = cache  # brings a slot's contexts to the longest prefix held, before each job
         self._max_waiting = max_waiting
-        self._jobs: queue.Queue[Job | None] = queue.Queue()
-        self._lock = threading.Lock()  # guards the counts and each job's state
+        self._cond = threading.Condition()  # guards the jobs, the counts and each job's state
+        self._jobs: list[Job] = []  # waiting, oldest first
+        self._closing = False
         self.waiting = 0
-        self.running: Job | None = None
+        self.pool = SlotPool(engine)
         self._prepare = prepare
         self._prepared = threading.Event()
         self._prepare_error: BaseException | None = None
-        self._thread = threading.Thread(target=self._work, name="specllama-generation", daemon=True)
+        self._threads: list[threading.Thread] = []
+        self._thread = threading.Thread(target=self._main, name="specllama-generation", daemon=True)
         self._thread.start()
         try:
             self._prepared.wait()
@@ -147,85 +155,150 @@ class GenerationQueue:
         if self._prepare_error is not None:
             raise self._prepare_error
 
+    @property
+    def running(self) -> list[Job]:
+        return [slot.job for slot in self.pool.slots if slot.job is not None]
+
+    def slot_facts(self) -> list[dict[str, object]]:
+        """What /slots shows of each slot: busy or free, the tokens its sequence holds, its
+        answer's figures so far."""
+        facts = []
+        for number, slot in enumerate(self.pool.slots):
+            job: Job | None = slot.job
+            target = slot.engine.target
+            fact = {"id": number, "busy": job is not None, "n_ctx": target.n_ctx}
+            fact["n_held"] = target.n_past
+            if job is not None:
+                fact |= {"n_prompt": len(job.work.prompt), **job.progress}
+            facts.append(fact)
+        return facts
+
     def full(self) -> bool:
-        # When nothing runs, the newest job starts at once rather than waiting.
-        return self.waiting >= self._max_waiting + (self.running is None)
+        # While a slot is free, the newest job starts at once rather than waiting.
+        free = sum(slot.free for slot in self.pool.slots)
+        return self.waiting >= self._max_waiting + free
 
     def submit(self, job: Job) -> None:
         """Queue `job`, or raise QueueFull when `max_waiting` jobs already wait their turn."""
-        with self._lock:
+        with self._cond:
             if self.full():
                 raise QueueFull
             self.waiting += 1
-        self._jobs.put(job)
+            self._jobs.append(job)
+            self._cond.notify_all()
 
     def cancel(self, job: Job) -> None:
         """The client went away (or the response is complete: then this does nothing)."""
-        with self._lock:
+        with self._cond:
             self._cancel(job)
 
     def cancel_all(self) -> None:
         """The server is stopping. Each job ends with Failed(Cancelled()), so its response
         ends by itself."""
-        with self._lock:
-            for job in [*self._jobs.queue, self.running]:
-                if job is not None:
-                    self._cancel(job)
+        with self._cond:
+            for job in [*self._jobs, *self.running]:
+                self._cancel(job)
 
     def _cancel(self, job: Job) -> None:
         """Drop a waiting job; stop a running one at its next event. Holds the lock."""
         if job.state == "waiting":
             job.state = "cancelled"
             self.waiting -= 1
+            if job in self._jobs:  # else handed to a slot, which skips it
+                self._jobs.remove(job)
             job.emit(Failed(Cancelled()))
         elif job.state == "running":
             job.cancelled.set()
 
     def close(self) -> None:
-        """Cancel everything and wait for the worker to finish: the engine must not be freed
-        under it."""
+        """Cancel everything and wait for the slots to finish: the engine must not be freed
+        under them."""
         self.cancel_all()
-        self._jobs.put(None)
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
         self._thread.join()
 
-    def _work(self) -> None:
+    def _main(self) -> None:
         try:
             if self._prepare is not None:
                 self._prepare()
+            self.pool.open()  # after `prepare`: the slots share its calibration
         except BaseException as exc:
             self._prepare_error = exc
             return
         finally:
             self._prepared.set()
-        while (job := self._jobs.get()) is not None:
-            with self._lock:
-                if job.state == "cancelled":
-                    continue
-                job.state = "running"
-                self.waiting -= 1
-                self.running = job
-            try:
-                self._run(job)
-            finally:
-                with self._lock:
-                    job.state = "done"
-                    self.running = None
+        if self.pool.stepper is None:  # one slot: it runs on this thread
+            self._serve(self.pool.slots[0])
+            return
+        self._threads = [
+            threading.Thread(target=self._serve, args=(slot,), name=f"specllama-slot-{i}")
+            for i, slot in enumerate(self.pool.slots)
+        ]
+        for thread in self._threads:
+            thread.start()
+        self.pool.stepper.run(until=lambda: self._closing)
+        for thread in self._threads:
+            thread.join()
 
-    def _run(self, job: Job) -> None:
-        try:
-            if self.cache is not None:
-                self.cache.restore(job.work.prompt)
-            output: Output | None = None
-            for output in answer(self._engine, job.work, job.cancelled):
-                job.emit(output)
-            if not isinstance(output, Done):
-                job.emit(Failed(Cancelled()))
-        except Exception as exc:
-            job.emit(Failed(exc))
-            # Whatever half-done state the failure left, the next request starts clean.
-            for model in (self._engine.target, self._engine.draft_model):
-                if model is not None:
-                    model.rollback(0)
+    def _serve(self, slot: Slot) -> None:
+        while (job := self._next(slot)) is not None:
+            try:
+                self._run(slot, job)
+            finally:
+                with self._cond:
+                    job.state = "done"
+                    slot.job = None
+                    self._cond.notify_all()
+
+    def _next(self, slot: Slot) -> Job | None:
+        """The next job for `slot`: one handed to it, or the oldest waiting when this slot is
+        the free one that holds the most of its prompt (else it is handed to that one)."""
+        with self._cond:
+            while not self._closing:
+                if slot.handed is not None:
+                    job, slot.handed = slot.handed, None
+                    if job.state == "cancelled":
+                        continue
+                    return self._start(slot, job)
+                if self._jobs:
+                    job = self._jobs.pop(0)
+                    best = self.pool.best_free(job.work.prompt, prefer=slot)
+                    if best is slot:
+                        return self._start(slot, job)
+                    best.handed = job
+                    self._cond.notify_all()
+                    continue
+                self._cond.wait()
+            return None
+
+    def _start(self, slot: Slot, job: Job) -> Job:
+        """Holds the lock."""
+        job.state = "running"
+        self.waiting -= 1
+        slot.job = job
+        return job
+
+    def _run(self, slot: Slot, job: Job) -> None:
+        engine = slot.engine
+        with self.pool.generating():
+            try:
+                if self.cache is not None:
+                    self.cache.restore(job.work.prompt, engine)
+                output: Output | None = None
+                for output in answer(engine, job.work, job.cancelled):
+                    if isinstance(output, Text):
+                        job.progress = output.progress
+                    job.emit(output)
+                if not isinstance(output, Done):
+                    job.emit(Failed(Cancelled()))
+            except Exception as exc:
+                job.emit(Failed(exc))
+                # Whatever half-done state the failure left, the next request starts clean.
+                for model in (engine.target, engine.draft_model):
+                    if model is not None:
+                        model.rollback(0)
 
 
 def answer(engine: Engine, work: Work, cancelled: threading.Event) -> Iterator[Output]:

@@ -1,0 +1,75 @@
+"""The server's slots: each runs one generation at a time, on its own sequence of the models.
+
+With one slot (`--parallel 1`) the slot is the engine itself, as `run` and `chat` use it. With
+N, the contexts hold N sequences and each slot runs the same speculative loop over views of
+its own (`specllama.llama.sequences`), with its own drafter and controller and the engine's
+calibration and memory; the stepper batches their decodes into one step per model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from specllama.llama.sequences import SequenceView, Stepper
+from specllama.session import Engine
+
+# A long prompt goes into the batch this many tokens a step, so that the other slots' answers
+# keep flowing while it is evaluated (a step of this many tokens takes ~1 s on a 2-core CPU
+# with a 1.5B target).
+PREFILL_CHUNK = 128
+
+
+@dataclass
+class Slot:
+    engine: Engine  # the loop's view of the models: its own sequences of them
+    job: Any = None  # the queue's Job it runs
+    handed: Any = None  # a Job given to it by another slot, not started yet
+
+    @property
+    def free(self) -> bool:
+        return self.job is None and self.handed is None
+
+
+class SlotPool:
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self.size = engine.config.n_seq
+        self.stepper = Stepper() if self.size > 1 else None
+        self.slots: list[Slot] = [Slot(engine)]  # until `open`: the engine itself
+
+    def open(self) -> None:
+        """Make the slots (after calibration, which they share)."""
+        if self.stepper is None:
+            return
+        engine, stepper = self._engine, self.stepper
+        self.slots = []
+        for seq in range(self.size):
+            target = SequenceView(engine.target, seq, stepper, PREFILL_CHUNK)
+            draft = None
+            if engine.draft_model is not None:
+                draft = SequenceView(engine.draft_model, seq, stepper, PREFILL_CHUNK)
+            self.slots.append(Slot(engine.for_sequences(target, draft)))
+
+    def best_free(self, prompt: Sequence[int], *, prefer: Slot) -> Slot:
+        """The free slot whose sequence holds the most of `prompt` (`prefer` among equals)."""
+        free = [slot for slot in self.slots if slot.free or slot is prefer]
+
+        def held(slot: Slot) -> tuple[int, bool]:
+            return slot.engine.target.common_prefix(prompt), slot is prefer
+
+        return max(free, key=held)
+
+    @contextlib.contextmanager
+    def generating(self) -> Iterator[None]:
+        """Around a slot's generation: the steps wait for its decodes meanwhile."""
+        if self.stepper is None:
+            yield
+            return
+        self.stepper.enter()
+        try:
+            yield
+        finally:
+            self.stepper.leave()
