@@ -250,6 +250,9 @@ class Engine:
         self.calibration: calibration.Calibration | None = None
         self.controller: DraftController | None = None  # adaptive: kept across generations
         self.pipelining = True  # the draft model may draft the next round beside a verify
+        # Its rounds share their steps with other sequences (a server's slot): their times are
+        # not what a round of one sequence costs, so they are not held against the calibration.
+        self.batched = False
 
     def for_sequences(self, target: EvaluatedTokens, draft: EvaluatedTokens | None) -> Engine:
         """This engine as one of a server's slots runs it: the same models, calibration and
@@ -261,6 +264,7 @@ class Engine:
         slot.drafter = slot.make_drafter(self.config.drafter)
         slot.controller = None
         slot.pipelining = False
+        slot.batched = True
         return slot
 
     def drafter_choices(self) -> list[str]:
@@ -385,7 +389,9 @@ class Engine:
             pipelining=self.pipelining,
         )
         events = self._remembered(events, prompt, drafter, prediction)
-        return self._reviewed(events) if controller is self.controller else events
+        if controller is not self.controller or self.batched:
+            return events
+        return self._reviewed(events)
 
     def _reviewed(self, events: Iterator[Event]) -> Iterator[Event]:
         """The loop's events; once it is done, its rounds are checked against the cached

@@ -125,7 +125,7 @@ def generate(
             if room < 0:
                 reason = "context"
                 break
-            round_started = time.perf_counter()
+            round_started, waited = time.perf_counter(), target.waited_seconds
             left = max_tokens - stats.n_generated
             most = max(0, min(left - 1, room, _rollback_limit(target)))
             forced = _forced(constraint, drafter, most)
@@ -141,7 +141,8 @@ def generate(
             round_ = _round(
                 target, drafter, context, plan, controller, params, ahead, constraint, forced
             )
-            event = replace(round_.event, wall_s=time.perf_counter() - round_started, k=plan.k)
+            wall_s = time.perf_counter() - round_started - (target.waited_seconds - waited)
+            event = replace(round_.event, wall_s=wall_s, k=plan.k)
             if forced:
                 stats.n_forced += event.n_accepted
             else:

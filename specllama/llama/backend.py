@@ -245,6 +245,9 @@ class EvaluatedTokens:
     tokens: list[int]
     # How many tokens a rollback may drop right after a decode (None: any number).
     max_rollback: int | None = None
+    # Time its decodes spent on other sequences' tokens, in a step shared with them (a
+    # server's slots): part of a round's wall time, but not what the round cost.
+    waited_seconds: float = 0.0
 
     def decode(
         self, tokens: Sequence[int], logits_at: Sequence[int] = (), *, copy: bool = True

@@ -11,12 +11,19 @@ target, their draft tokens together in the draft model. A slot's long prompt goe
 
 Everything else a view does to its sequence (cut it back, save or load its state) happens under
 the model's lock, between steps.
+
+What a step cost is charged to its sequences by what each adds to it (`StepCosts`), not the
+whole step to each: a slot's speculation is then weighed on what its drafts cost the batch, so
+that drafts are long where a wider step costs little more (a GPU's slack) and short where every
+token costs its share (a CPU's full cores), as issue 42 asks of "speculation that knows the
+batch".
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,7 +40,7 @@ class _Request:
     done: threading.Event = field(default_factory=threading.Event)
     rows: np.ndarray | None = None
     error: BaseException | None = None
-    seconds: float = 0.0  # the step's time, charged to each slot in it
+    seconds: float = 0.0  # its share of the step's time (`StepCosts.charges`)
 
 
 class Stepper:
@@ -45,6 +52,7 @@ class Stepper:
         self._running = 0  # slots in a generation: each is computing or has one request pending
         self._stopping = False
         self.locks: dict[int, threading.Lock] = {}  # per model: llama.cpp calls off the step
+        self.costs: dict[int, StepCosts] = {}  # per model
         self.steps = 0
 
     def lock(self, model: LlamaBackend) -> threading.Lock:
@@ -66,7 +74,7 @@ class Stepper:
 
     def decode(self, model: LlamaBackend, part: Part) -> tuple[np.ndarray, float]:
         """From a slot's thread: evaluate `part` in the next step; its logits rows (a copy)
-        and the step's seconds."""
+        and its share of the step's seconds."""
         request = _Request(model, part)
         with self._cond:
             self._pending.append(request)
@@ -112,10 +120,52 @@ class Stepper:
                         request.done.set()
                     continue
                 seconds = time.perf_counter() - started
-                for request, own in zip(chunk, rows):
-                    request.rows, request.seconds = own, seconds
+                sizes = [len(request.part.tokens) for request in chunk]
+                costs = self.costs.setdefault(id(model), StepCosts())
+                costs.add(sum(sizes), seconds)
+                for request, own, charge in zip(chunk, rows, costs.charges(sizes, seconds)):
+                    request.rows, request.seconds = own, charge
                     request.done.set()
         self.steps += 1
+
+
+class StepCosts:
+    """What a model's steps cost by their width, as a line fitted to the recent steps: a step
+    of W tokens costs about a + b*W. A sequence with n of the W tokens is charged a/S + b*n
+    (S sequences in the step: its share of what any step costs, and its own tokens at the
+    margin), scaled so that the charges add up to what the step took. Alone in a step, a
+    sequence is charged all of it, as a model of its own would be."""
+
+    def __init__(self, window: int = 64) -> None:
+        self._steps: deque[tuple[int, float]] = deque(maxlen=window)  # (tokens, seconds)
+
+    def add(self, tokens: int, seconds: float) -> None:
+        self._steps.append((tokens, seconds))
+
+    def line(self) -> tuple[float, float]:
+        """(a, b), both at least 0; (0, mean cost per token) until the widths seen vary: every
+        token then pays alike, which keeps drafts short until the batch has shown slack."""
+        widths = np.array([tokens for tokens, _ in self._steps], dtype=np.float64)
+        seconds = np.array([took for _, took in self._steps], dtype=np.float64)
+        if len(widths) == 0:
+            return 0.0, 1.0
+        per_token = float(seconds.sum() / widths.sum())
+        if len(widths) < 8 or widths.var() < 1.0:
+            return 0.0, per_token
+        slope = float(np.cov(widths, seconds, bias=True)[0, 1] / widths.var())
+        intercept = float(seconds.mean() - slope * widths.mean())
+        if slope < 0 or intercept < 0:
+            return 0.0, per_token
+        return intercept, slope
+
+    def charges(self, sizes: Sequence[int], seconds: float) -> list[float]:
+        """Each sequence's share of a step of `sizes` tokens that took `seconds`."""
+        if len(sizes) == 1:
+            return [seconds]
+        fixed, per_token = self.line()
+        shares = [fixed / len(sizes) + per_token * n for n in sizes]
+        total = sum(shares)
+        return [seconds * share / total for share in shares]
 
 
 def _fitting(requests: list[_Request], n_batch: int) -> list[list[_Request]]:
@@ -132,13 +182,29 @@ def _fitting(requests: list[_Request], n_batch: int) -> list[list[_Request]]:
     return batches
 
 
+@dataclass
+class WaitClock:
+    """The time a slot's decodes (in both models) spent on other slots' tokens."""
+
+    seconds: float = 0.0
+
+
 class SequenceView(EvaluatedTokens):
     """Sequence `seq` of a shared model, as the loop sees a model of its own. Decodes go
     through the stepper; what the loop reads of the model (vocabulary, name, ...) is the
-    shared model's."""
+    shared model's. `clock`: shared by a slot's views, so that its target's `waited_seconds`
+    counts the draft model's waits too (the loop reads the target's)."""
 
-    def __init__(self, model: LlamaBackend, seq: int, stepper: Stepper, chunk: int) -> None:
+    def __init__(
+        self,
+        model: LlamaBackend,
+        seq: int,
+        stepper: Stepper,
+        chunk: int,
+        clock: WaitClock | None = None,
+    ) -> None:
         self.model = model
+        self.clock = clock or WaitClock()
         self.seq = seq
         self.stepper = stepper
         self.chunk = max(1, min(chunk, model.n_batch))
@@ -147,6 +213,10 @@ class SequenceView(EvaluatedTokens):
         self.decode_seconds = 0.0
         self.max_rollback = None
         model.forget(seq, 0)  # its bookkeeping starts empty: so does the sequence
+
+    @property
+    def waited_seconds(self) -> float:  # type: ignore[override]
+        return self.clock.seconds
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.model, name)  # vocabulary, name, chat template, ...
@@ -164,7 +234,9 @@ class SequenceView(EvaluatedTokens):
             chunk = list(tokens[start : start + self.chunk])
             in_chunk = [i - start for i in wanted if start <= i < start + len(chunk)]
             part = Part(self.seq, self.n_past, chunk, in_chunk)
+            asked = time.perf_counter()
             rows, seconds = self.stepper.decode(self.model, part)
+            self.clock.seconds += max(time.perf_counter() - asked - seconds, 0.0)
             out[filled : filled + len(in_chunk)] = rows
             filled += len(in_chunk)
             self.tokens.extend(chunk)

@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from specllama.llama.sequences import SequenceView, Stepper
+from specllama.llama.sequences import SequenceView, Stepper, WaitClock
 from specllama.session import Engine
 
 # A long prompt goes into the batch this many tokens a step, so that the other slots' answers
@@ -47,10 +47,11 @@ class SlotPool:
         engine, stepper = self._engine, self.stepper
         self.slots = []
         for seq in range(self.size):
-            target = SequenceView(engine.target, seq, stepper, PREFILL_CHUNK)
+            clock = WaitClock()
+            target = SequenceView(engine.target, seq, stepper, PREFILL_CHUNK, clock)
             draft = None
             if engine.draft_model is not None:
-                draft = SequenceView(engine.draft_model, seq, stepper, PREFILL_CHUNK)
+                draft = SequenceView(engine.draft_model, seq, stepper, PREFILL_CHUNK, clock)
             self.slots.append(Slot(engine.for_sequences(target, draft)))
 
     def best_free(self, prompt: Sequence[int], *, prefer: Slot) -> Slot:
