@@ -139,6 +139,7 @@ class Api:
                 "adaptive": config.adaptive,
                 "draft_max": self.engine.draft_max,
                 "n_ctx": self.engine.target.n_ctx,
+                "slots": self.queue.pool.size,
                 "device": self.engine.device,
                 "defaults": dataclasses.asdict(defaults),
             }

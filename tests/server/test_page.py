@@ -319,6 +319,16 @@ def test_a_busy_server_is_retried_until_it_answers(page: Page):
     page.errors[:] = [e for e in page.errors if "status of 503" not in e]  # the busy answers
 
 
+def test_other_clients_requests_are_shown_while_they_run(page: Page):
+    server = page.server
+    server.wait_idle()
+    assert page.tab.is_hidden("#busy")
+    long_one = start_stream(server, max_tokens=400)
+    page.tab.wait_for_selector("#busy:has-text('1 other request running')")
+    long_one.close()
+    page.tab.wait_for_selector("#busy", state="hidden")
+
+
 # -- the key, other sites, screens ---------------------------------------------------------------
 
 

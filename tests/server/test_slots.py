@@ -31,6 +31,9 @@ from serving import (
     serve,
     start_stream,
 )
+from typer.testing import CliRunner
+
+from specllama.cli.app import app
 
 pytestmark = pytest.mark.slow
 
@@ -210,3 +213,16 @@ def _started(log: Path, process: subprocess.Popen) -> Server:
         except (OSError, http.client.HTTPException):
             assert time.monotonic() < deadline
             time.sleep(0.1)
+
+
+@pytest.mark.parametrize(
+    ("drafter", "why"),
+    [("mtp", "a draft head reads the target's hidden rows"), ("ngram", "recurrent layers")],
+)
+def test_what_cannot_run_in_slots_is_refused_in_one_line(qwen35_mtp: Path, drafter, why):
+    """A draft head follows one sequence; a hybrid target's state cannot be cut back per slot."""
+    args = ["serve", "--target", str(qwen35_mtp), "--drafter", drafter, "--parallel", "2"]
+    result = CliRunner().invoke(app, [*args, "--port", "0", "--ctx", "512"])
+    assert result.exit_code == 2  # a usage error
+    assert why in result.output and "--parallel 1" in result.output
+    assert "Traceback" not in result.output

@@ -2,7 +2,7 @@
 // what speculation did for each answer, token by token. Every piece of model or user text goes
 // into the page as text (textContent, text nodes), never as HTML.
 
-import { ApiError, fetchStatus, readChunk, streamChat } from "./chat.js";
+import { ApiError, fetchHealth, fetchStatus, readChunk, streamChat } from "./chat.js";
 import { answerBody, button, comparison, el, figuresLine, originCounts } from "./render.js";
 
 const $ = (id) => document.getElementById(id);
@@ -101,7 +101,8 @@ function showStatus(status) {
     ["target", `${status.target.file} (${gb(status.target.bytes)})`],
     ["draft", status.draft ? `${status.draft.file} (${gb(status.draft.bytes)})` : "none"],
     ["drafter", `${status.drafter}${status.adaptive ? ", adaptive" : `, fixed ${status.draft_max}`}`],
-    ["context", `${status.n_ctx} tokens`],
+    ["context", `${status.n_ctx} tokens${status.slots > 1 ? " per slot" : ""}`],
+    ["slots", `${status.slots} (requests answered at once)`],
     ["device", status.device],
   ];
   for (const [name, value] of rows) facts.append(el("dt", "", name), el("dd", "", value));
@@ -113,6 +114,25 @@ function showStatus(status) {
   }));
   if (!status.drafters.includes(state.settings.drafter)) state.settings.drafter = "auto";
   select.value = state.settings.drafter;
+}
+
+// Other clients' requests, so that a slower answer is explained: polled while the tab is seen.
+const BUSY_POLL_MS = 2000;
+
+async function showBusy() {
+  if (document.hidden) return;
+  let health;
+  try {
+    health = await fetchHealth();
+  } catch {
+    return; // loadStatus and sending say when the server cannot be reached
+  }
+  const others = Math.max(0, health.generating - (state.running ? 1 : 0));
+  const parts = [];
+  if (others) parts.push(`${others} other request${others > 1 ? "s" : ""} running`);
+  if (health.waiting) parts.push(`${health.waiting} waiting`);
+  $("busy").textContent = parts.join(" · ");
+  $("busy").hidden = !parts.length;
 }
 
 function gb(bytes) {
@@ -421,3 +441,5 @@ $("toggle-settings").addEventListener("click", () => document.body.classList.tog
 bindSettings();
 renderAll();
 loadStatus();
+showBusy();
+setInterval(showBusy, BUSY_POLL_MS);

@@ -36,6 +36,13 @@ export async function fetchStatus(key) {
   return response.json();
 }
 
+// How busy the server is: {generating, waiting, slots} (no key needed).
+export async function fetchHealth() {
+  const response = await fetch("/health");
+  if (!response.ok) throw await refused(response);
+  return response.json();
+}
+
 // Stream one chat completion. onChunk(chunk) gets each parsed `data:` object; resolves when the
 // server says [DONE]. `signal` aborts it: the server sees the connection close and stops.
 export async function streamChat(body, { key, signal, onChunk }) {
