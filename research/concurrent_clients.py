@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""C clients at once against a server: aggregate tokens/s and the time to first token, for
+C = 1, 2, 4, 8 (issue 42, item 2).
+
+    python research/concurrent_clients.py --clients 1 2 4 8 --repeats 2 \\
+        --server "specllama serve --pair qwen2.5-coder-1.5b --threads 2 --parallel {C}" \\
+        --server "llama-server -m T.gguf -md D.gguf -t 2 -c 16384 -np {C}"
+
+Each --server is a command line serving an OpenAI API; `{C}` in it becomes the phase's number
+of clients, and the script adds `--port PORT`. Every phase (one C, one repeat) runs on a fresh
+server process: C clients start together, each sends its requests one after another, and the
+phase sends max(C, 4) requests in all (so C = 1 sends four in a row): half of them code edits
+that copy a file (the bundled bench prompts' code-editing category), half questions that do not
+(its qa category). Greedy, streamed, the tokens counted from the usage each server reports.
+
+Printed per server and C: aggregate tokens/s (all answers' tokens / the phase's wall time),
+p50 and p95 time to first token, medians over the repeats with their spread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import statistics
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from agent_trace import free_port, start
+
+from specllama.bench.prompts import load_prompts
+
+
+@dataclass
+class Answer:
+    ttft: float
+    tokens: int
+
+
+def ask(port: int, messages: list[dict], max_tokens: int) -> Answer:
+    body = {"model": "m", "messages": messages, "max_tokens": max_tokens, "stream": True}
+    body |= {"temperature": 0, "stream_options": {"include_usage": True}}
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=1800)
+    sent = time.perf_counter()
+    connection.request(
+        "POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"}
+    )
+    response = connection.getresponse()
+    assert response.status == 200, response.read()
+    first, tokens = None, 0
+    for raw in response:
+        line = raw.decode().strip()
+        if not line.startswith("data: ") or line == "data: [DONE]":
+            continue
+        chunk = json.loads(line[6:])
+        if (chunk.get("choices") or [{}])[0].get("delta", {}).get("content"):
+            first = first if first is not None else time.perf_counter()
+        if chunk.get("usage"):
+            tokens = chunk["usage"]["completion_tokens"]
+    connection.close()
+    return Answer((first or time.perf_counter()) - sent, tokens)
+
+
+def requests_for(n: int) -> list[list[dict]]:
+    """n requests, code edits and questions in turn."""
+    prompts = load_prompts()
+    edits = [p for p in prompts if p.category == "code-editing"]
+    questions = [p for p in prompts if p.category == "qa"]
+    chosen = [(edits if i % 2 == 0 else questions)[i // 2 % 4] for i in range(n)]
+    return [[{"role": m.role, "content": m.content} for m in p.messages] for p in chosen]
+
+
+def phase(port: int, clients: int, max_tokens: int) -> tuple[float, list[float]]:
+    """(aggregate tokens/s, every request's time to first token)."""
+    work = requests_for(max(clients, 4))
+    answers: list[Answer] = []
+    lock = threading.Lock()
+
+    def client(mine: list[list[dict]]) -> None:
+        for messages in mine:
+            answer = ask(port, messages, max_tokens)
+            with lock:
+                answers.append(answer)
+
+    threads = [threading.Thread(target=client, args=(work[i::clients],)) for i in range(clients)]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    wall = time.perf_counter() - started
+    return sum(a.tokens for a in answers) / wall, [a.ttft for a in answers]
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--server", action="append", required=True)
+    parser.add_argument("--clients", type=int, nargs="+", default=[1, 2, 4, 8])
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("-n", "--max-tokens", type=int, default=64)
+    args = parser.parse_args()
+    print(f"{'server':<60} {'C':>2} {'tok/s':>7} {'min-max':>12} {'ttft p50':>9} {'p95':>7}")
+    for command in args.server:
+        for clients in args.clients:
+            rates, p50s, p95s = [], [], []
+            for _ in range(args.repeats):
+                port = free_port()
+                process = start(command.replace("{C}", str(clients)), port)
+                try:
+                    rate, ttfts = phase(port, clients, args.max_tokens)
+                finally:
+                    process.terminate()
+                    process.wait(timeout=60)
+                rates.append(rate)
+                p50s.append(percentile(ttfts, 0.5))
+                p95s.append(percentile(ttfts, 0.95))
+            spread = f"{min(rates):.1f}-{max(rates):.1f}"
+            print(
+                f"{command[:60]:<60} {clients:>2} {statistics.median(rates):>7.1f} {spread:>12} "
+                f"{statistics.median(p50s):>9.2f} {statistics.median(p95s):>7.2f}",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()
