@@ -82,7 +82,10 @@ def test_run_with_a_dflash_file_as_draft_is_the_target_alone():
         assert spec.exit_code == 0, spec.output
         got = json.loads(spec.stdout)
         assert got["text"] == json.loads(alone.stdout)["text"]
-        assert "dflash" in got["drafter"] and got["n_accepted"] > 0, got
+        assert "dflash" in got["drafter"], got
+        # A fixed policy must draft with the head; the adaptive one may rightly not: on this
+        # tiny target a verify of 2 costs ~3 one-token decodes, and its choice follows timings.
+        assert mode == "--adaptive" or got["n_accepted"] > 0, got
 
 
 @pytest.mark.slow
