@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from specllama import memory_store
 from specllama.chat import Message, plain_prompt, render_chat
 from specllama.engine.assistant import AssistantDrafter
@@ -145,8 +147,12 @@ class EngineConfig:
     rpc_timeout_s: float = DEFAULT_TIMEOUT_S
     # Keep the memory of prompts and answers in this folder between runs (None: in RAM only).
     remember: Path | None = None
-    # Sequences each context holds, n_ctx tokens each: a server's slots (`--parallel`).
-    n_seq: int = 1
+    # Sequences each context holds, n_ctx tokens each: a server's slots (`--parallel`). None:
+    # as many as the pair affords here (`auto_slots`).
+    n_seq: int | None = 1
+    # Exact mode (`specllama.llama.exact`): kernels that give a verified token the logits it
+    # gets alone, at some speed; chosen once per process, before its first model loads.
+    exact: bool = False
 
     def __post_init__(self) -> None:
         check_drafter(self.drafter)
@@ -158,14 +164,19 @@ class EngineConfig:
             raise UsageError("--drafter model needs a draft model (--draft or --pair)")
         if self.drafter in HEAD_KINDS and self.draft is None:
             raise UsageError(f"--drafter {self.drafter} needs the head's file (--draft FILE.gguf)")
-        if self.n_seq < 1:
+        if self.n_seq is not None and self.n_seq < 1:
             raise UsageError(f"--parallel must be at least 1, got {self.n_seq}")
-        if self.n_seq > 1 and (self.drafter in HEAD_KINDS or self.drafter == "mtp"):
+        if (self.n_seq or 1) > 1 and self.follows_one_sequence:
             raise UsageError(
                 f"--parallel {self.n_seq} cannot run --drafter {self.drafter}: a draft head "
                 "reads the target's hidden rows of one sequence",
                 hint="--parallel 1, or --drafter model / ngram",
             )
+
+    @property
+    def follows_one_sequence(self) -> bool:
+        """A draft head reads the target's hidden rows as one sequence decodes them."""
+        return self.drafter in HEAD_KINDS or self.drafter == "mtp"
 
     @property
     def mtp(self) -> bool:
@@ -189,18 +200,21 @@ class Engine:
         self.workers: list[rpc.Worker] = []
         if config.rpc:
             self.workers = rpc.check_workers(config.rpc, version=build_facts().version)
+        n_seq = config.n_seq or auto_slots(config)
         self.target = LlamaBackend(
             config.target,
-            n_ctx=config.n_ctx * config.n_seq,
-            n_seq=config.n_seq,
+            n_ctx=config.n_ctx * n_seq,
+            n_seq=n_seq,
             n_gpu_layers=config.n_gpu_layers,
             n_threads=config.n_threads,
             extra_buffers=config.extra_buffers,
             workers=config.rpc,
             rpc_timeout_s=config.rpc_timeout_s,
             load_mtp=config.mtp,
+            batch_invariant=config.exact,
         )
-        if config.n_seq > 1 and self.target.recurrent:
+        self.n_seq = self.target.n_seq  # one where the target is recurrent
+        if config.n_seq is not None and self.n_seq < config.n_seq:
             self.target.close()
             raise UsageError(
                 f"{config.target.name} has recurrent layers: its slots could not be cut back "
@@ -231,11 +245,12 @@ class Engine:
                 )
             self.draft_model = LlamaBackend(
                 config.draft,
-                n_ctx=config.n_ctx * config.n_seq,
-                n_seq=config.n_seq,
+                n_ctx=config.n_ctx * self.n_seq,
+                n_seq=self.n_seq,
                 n_gpu_layers=config.n_gpu_layers_draft,
                 n_threads=config.n_threads,
                 extra_buffers=config.extra_buffers,
+                batch_invariant=config.exact,
             )
             check_compatible(self.draft_model, self.target)
         # Earlier prompts and answers, drafted from by n-gram lookup (all of a server's clients
@@ -458,6 +473,7 @@ class Engine:
             n_gpu_layers_draft=self.config.n_gpu_layers_draft,
             llama_version=build_facts().version,
             extra_buffers=self.target.extra_buffers,
+            exact=self.config.exact,
             workers=[(w.endpoint, w.total_bytes) for w in self.workers],
         )
 
@@ -505,6 +521,35 @@ class Engine:
         if self.controller is None:
             self.controller = self.new_controller()
         return self.controller
+
+
+# Slots a server runs by default on a CPU: as many answers at once cost no throughput there
+# (a step's tokens cost what they would one request after another) and spare the short ones
+# the wait behind a long one (research/RESULTS.md, issue 42).
+DEFAULT_SLOTS = 4
+
+
+def auto_slots(config: EngineConfig) -> int:
+    """The slots `serve` runs when --parallel is not given: DEFAULT_SLOTS on a CPU, fewer where
+    their KV caches would take more than a quarter of the memory free now; one where a draft
+    head follows one sequence, or on a GPU, where pipelined drafting (which a slot gives up) is
+    what pays for one user."""
+    on_gpu = build_facts().gpu_offload and config.n_gpu_layers != 0
+    if on_gpu or config.follows_one_sequence:
+        return 1
+    models = (config.target, config.draft)
+    per_slot = config.n_ctx * sum(_kv_bytes_per_token(path) for path in models)
+    room = psutil.virtual_memory().available // 4
+    return max(1, min(DEFAULT_SLOTS, room // per_slot)) if per_slot else DEFAULT_SLOTS
+
+
+def _kv_bytes_per_token(path: Path | None) -> int:
+    if path is None:
+        return 0
+    try:
+        return gguf_info.read_header(path).kv_bytes_per_token or 0
+    except (OSError, ValueError):
+        return 0  # loading it says what is wrong
 
 
 def vocabulary_key(target: LlamaBackend) -> str:

@@ -13,6 +13,7 @@ Everything is built once into a cache folder (SPECLLAMA_TEST_MODELS, default
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import os
 from collections.abc import Callable
@@ -66,6 +67,34 @@ def smollm2_changed_vocab() -> Path:
             smollm2_f32_layers(2), dst, token_overrides={CHANGED_TOKEN_ID: "<specllama-test>"}
         ),
     )
+
+
+def smollm2_quantized(file_type: str) -> Path:
+    """The F32 copy quantised by llama.cpp's own quantiser (`llama_model_quantize`), as
+    `llama-quantize` would: `file_type` is a llama_ftype name's tail ("Q4_K_M", "Q8_0").
+    SmolLM2's width (576) is not a multiple of 256, so its "Q4_K_M" keeps Q4_K/Q6_K only where
+    a row fits (ffn_down) and falls back to Q5_0 elsewhere: K-quant matmuls are still there."""
+    return _derived(
+        f"SmolLM2-135M-Instruct.{file_type}.gguf",
+        lambda dst: quantize_gguf(smollm2_f32(), dst, file_type),
+    )
+
+
+def quantize_gguf(src: Path, dst: Path, file_type: str) -> None:
+    """`src` quantised to `file_type` with llama.cpp's quantiser, through llama-cpp-python."""
+    import llama_cpp
+
+    ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{file_type}", None)
+    if ftype is None:
+        raise ValueError(f"this llama-cpp-python has no LLAMA_FTYPE_MOSTLY_{file_type}")
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = ftype
+    params.nthread = 2
+    status = llama_cpp.llama_model_quantize(
+        str(src).encode(), str(dst).encode(), ctypes.byref(params)
+    )
+    if status != 0:
+        raise RuntimeError(f"llama_model_quantize({src.name}, {file_type}) failed: {status}")
 
 
 def sha256_of(path: Path) -> str:

@@ -78,6 +78,8 @@ def serve(
     """`specllama serve` on `target` in a subprocess until the test is done, then Ctrl-C."""
     command = [sys.executable, "-m", "specllama", "serve", "--target", str(target), *extra]
     command += ["--ctx", str(ctx), "--threads", str(threads), "--port", "0"]
+    if "--parallel" not in extra:  # the queue's tests count on one generation at a time
+        command += ["--parallel", "1"]
     env = {**os.environ, "SPECLLAMA_API_KEY": KEY, "NO_COLOR": "1", **(env or {})}
     with open(log, "w") as stderr:
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr, env=env)

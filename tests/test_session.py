@@ -121,3 +121,31 @@ def test_a_seed_gives_the_same_text_with_the_memory_warm_and_any_prediction(smol
         other = engine.target.tokenize(" the waves are made of glass", add_bos=False)
         assert sampled(prediction=other * 6) == alone
         assert sampled(prediction=alone) == alone
+
+
+# -- how many slots a server runs by default -----------------------------------------------------
+
+
+def test_a_server_runs_four_slots_on_a_cpu_fewer_where_memory_is_short(smol_f32, monkeypatch):
+    from types import SimpleNamespace
+
+    from specllama.session import DEFAULT_SLOTS, auto_slots
+
+    config = EngineConfig(target=smol_f32, drafter="ngram", n_ctx=4096, n_seq=None)
+    per_slot = 4096 * 23040  # SmolLM2's 30 layers x 3 KV heads x (64 + 64) x 2 bytes a token
+    for free, slots in [(1 << 40, DEFAULT_SLOTS), (4 * 2 * per_slot, 2), (0, 1)]:
+        memory = SimpleNamespace(available=free)
+        monkeypatch.setattr("psutil.virtual_memory", lambda memory=memory: memory)
+        assert auto_slots(config) == slots
+    mtp = EngineConfig(target=smol_f32, drafter="mtp", n_ctx=4096, n_seq=None)
+    assert auto_slots(mtp) == 1  # a draft head follows one sequence
+
+
+def test_a_recurrent_target_serves_one_slot_unless_more_are_asked_for(qwen35_mtp):
+    from specllama.errors import UsageError
+
+    config = EngineConfig(target=qwen35_mtp, drafter="ngram", n_ctx=512, n_seq=None)
+    with Engine(config) as engine:
+        assert engine.n_seq == 1 and engine.target.n_ctx == 512
+    with pytest.raises(UsageError, match="recurrent layers"):
+        Engine(EngineConfig(target=qwen35_mtp, drafter="ngram", n_ctx=512, n_seq=2))

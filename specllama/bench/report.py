@@ -152,7 +152,8 @@ def caption(report: dict[str, Any]) -> str:
     lines = [
         f"target {models['target']['name']} · draft {draft} · "
         f"temperature {settings['temperature']} · {settings['n_threads']} threads"
-        + ("" if settings.get("extra_buffers", True) else " · extra buffers off"),
+        + ("" if settings.get("extra_buffers", True) else " · extra buffers off")
+        + (" · exact (--exact)" if settings.get("exact") else ""),
         f"rests on: {rests_on(report)}",
     ]
     if cost := describe_constraint_cost(report):

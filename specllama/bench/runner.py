@@ -486,6 +486,7 @@ def _new_result(
             "n_gpu_layers": engine.config.n_gpu_layers,
             "n_gpu_layers_draft": engine.config.n_gpu_layers_draft,
             "extra_buffers": engine.target.extra_buffers,
+            "exact": engine.config.exact,  # --exact: batch-invariant kernels, for the whole run
             "rpc": list(engine.config.rpc),  # the target's RPC workers
         },
         configs=configs,

@@ -22,6 +22,7 @@ from specllama.cli.options import (
     Draft,
     DrafterOpt,
     DraftMax,
+    Exact,
     ExtraBuffers,
     GpuLayers,
     GpuLayersDraft,
@@ -56,6 +57,7 @@ from specllama.cli.options import (
     engine_config,
     fetch_model,
     friendly_errors,
+    open_engine,
     read_prediction,
     read_prompt,
     workers_option,
@@ -75,7 +77,6 @@ from specllama.models import hub
 from specllama.models.catalog import load_catalog
 from specllama.models.hardware import doctor_report, pair_rows, smallest_quantised_model
 from specllama.policy import calibration
-from specllama.session import Engine
 
 app = typer.Typer(
     help="Speculative decoding on llama.cpp: same output as the target model, only faster.",
@@ -109,6 +110,7 @@ def run(
     ctx: Ctx = 4096,
     threads: Threads = None,
     extra_buffers: ExtraBuffers = None,
+    exact: Exact = False,
     rpc: Rpc = None,
     temperature: Temperature = 0.0,
     top_k: TopK = 40,
@@ -149,11 +151,12 @@ def run(
         adaptive=adaptive,
         rpc_workers=rpc,
         remember=remember,
+        exact=exact,
     )
     messages = [Message("system", system)] if system else []
     messages.append(Message("user", text))
 
-    with Engine(config) as engine:
+    with open_engine(config) as engine:
         tokens = engine.prompt_tokens(messages, chat_template=not no_chat_template)
         check_prompt_fits(tokens, engine.target.n_ctx)  # before measuring costs
         rule = compile_rule(engine, spec)
@@ -186,7 +189,7 @@ def run(
         pieces.append(tail)
 
     assert finish is not None  # generate always ends with a FinishEvent
-    stats = finish.stats.as_dict()
+    stats = {**finish.stats.as_dict(), "exact": config.exact}
     if engine.calibration is not None:  # which calibration the adaptive controller started from
         stats["calibration"] = engine.calibration.as_dict()
     if jsonl_out:
@@ -195,7 +198,7 @@ def run(
         print(json.dumps({"text": "".join(pieces), **stats}))
     else:
         ui.write_text(tail + "\n")
-        ui.print_summary(finish.stats)
+        ui.print_summary(finish.stats, exact=config.exact)
 
 
 @app.command()
@@ -211,6 +214,7 @@ def chat(
     ctx: Ctx = 4096,
     threads: Threads = None,
     extra_buffers: ExtraBuffers = None,
+    exact: Exact = False,
     rpc: Rpc = None,
     temperature: Temperature = 0.0,
     top_k: TopK = 40,
@@ -246,11 +250,12 @@ def chat(
         adaptive=adaptive,
         rpc_workers=rpc,
         remember=remember,
+        exact=exact,
     )
     check_max_tokens(max_tokens)
     view = ui.ChatView(color=ui.color_wanted(no_color), record=record is not None)
     with ui.stderr_console(color=view.color).status("loading models…"):
-        engine = Engine(config)
+        engine = open_engine(config)
     with engine:
         rule = compile_rule(engine, spec)
         calibrate_with_notice(engine)  # before the first turn, not inside it

@@ -22,6 +22,7 @@ from specllama.cli.options import (
     Draft,
     DrafterOpt,
     DraftMax,
+    Exact,
     ExtraBuffers,
     Full,
     GpuLayers,
@@ -42,6 +43,7 @@ from specllama.cli.options import (
     calibrate_with_notice,
     check_max_tokens,
     engine_config,
+    open_engine,
 )
 from specllama.engine.sampling import SamplingParams
 from specllama.errors import UsageError
@@ -84,6 +86,7 @@ def bench(
     ctx: Ctx = 4096,
     threads: Threads = None,
     extra_buffers: ExtraBuffers = None,
+    exact: Exact = False,
     rpc: Rpc = None,
     temperature: Temperature = 0.0,
     top_k: TopK = 40,
@@ -151,6 +154,7 @@ def bench(
         extra_buffers=extra_buffers,
         adaptive=adaptive,
         rpc_workers=rpc,
+        exact=exact,
     )
 
     head = config.drafter if config.drafter in HEADS else None  # a head in --draft's file
@@ -170,7 +174,7 @@ def bench(
         configs_of(configs)  # a bad --configs is refused before any model loads
     console = ui.stderr_console()
     started = time.monotonic()
-    with Engine(config) as engine:
+    with open_engine(config) as engine:
         calibrate_with_notice(engine, always=not full)
         plan = plan_for(
             engine,

@@ -27,6 +27,7 @@ from specllama.engine.control import HEADS
 from specllama.engine.drafters import NoDrafter
 from specllama.errors import ConstraintError, RpcError, SpecllamaError, UsageError
 from specllama.llama import amx, rpc
+from specllama.llama import exact as exact_mode
 from specllama.llama.backend import build_facts
 from specllama.models import hub
 from specllama.models.catalog import Catalog, ModelRef, Pair, load_catalog, parse_ref
@@ -141,6 +142,17 @@ ExtraBuffers = Annotated[
         "--extra-buffers",
         help="auto, on or off: llama.cpp's extra CPU buffer types (weight repacking, AMX). "
         f"auto turns them off only where the AMX kernels crash. Env: {amx.ENV_VAR}.",
+    ),
+]
+Exact = Annotated[
+    bool,
+    typer.Option(
+        "--exact",
+        help="Exact mode: llama.cpp's CPU kernels that give a token verified in a batch the "
+        "logits it gets alone (no weight repacking, no tiled matmul), so the answer is the "
+        "target alone's token for token on quantised files too; slower, mostly in prompt "
+        "processing. Says at start where it cannot hold (F16/F32 files on a llamafile build, "
+        "layers on a GPU).",
     ),
 ]
 Temperature = Annotated[float, typer.Option("--temperature", help="0 = greedy.")]
@@ -336,7 +348,8 @@ def engine_config(
     adaptive: bool = True,
     rpc_workers: str | None = None,
     remember: Path | None = None,
-    n_seq: int = 1,
+    n_seq: int | None = 1,
+    exact: bool = False,
 ) -> EngineConfig:
     """The command-line model options -> what the Engine loads (validated before any download)."""
     if drafter is not None:
@@ -344,6 +357,15 @@ def engine_config(
     if draft_max is not None:
         check_draft_max(draft_max)
     buffers = amx.setting_from(extra_buffers)
+    if exact:
+        if buffers == "on":
+            raise UsageError(
+                f"--exact loads the models without extra buffers: --extra-buffers on (or "
+                f"{amx.ENV_VAR}=on) contradicts it",
+                hint="leave it out: --exact turns them off",
+            )
+        # For the whole process, before anything below can load a model (ggml reads it once).
+        exact_mode.use_batch_invariant_kernels()
     workers = workers_option(rpc_workers)
     if workers and gpu_layers == 0:
         raise UsageError("--gpu-layers 0 leaves the --rpc workers nothing to run")
@@ -381,7 +403,16 @@ def engine_config(
         remember=remember,
         rpc_timeout_s=rpc_timeout_s,
         n_seq=n_seq,
+        exact=exact,
     )
+
+
+def open_engine(config: EngineConfig) -> Engine:
+    """The pair loaded; with --exact, why exactness cannot hold here joins its start-up
+    notices (one line each, shown by every face), never left unsaid."""
+    engine = Engine(config)
+    engine.notices.extend(engine.target.exact_problems)
+    return engine
 
 
 def served_name(ref: str, path: Path) -> str:

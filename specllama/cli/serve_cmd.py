@@ -17,6 +17,7 @@ from specllama.cli.options import (
     Draft,
     DrafterOpt,
     DraftMax,
+    Exact,
     ExtraBuffers,
     GpuLayers,
     GpuLayersDraft,
@@ -30,14 +31,18 @@ from specllama.cli.options import (
     TopP,
     calibrate_with_notice,
     engine_config,
+    open_engine,
     served_name,
 )
 from specllama.engine.sampling import SamplingParams
 from specllama.errors import UsageError
-from specllama.llama.backend import build_facts
 from specllama.llama.rpc import is_loopback
 from specllama.models.catalog import load_catalog
-from specllama.session import Engine
+
+EXACT_FACT = (
+    "exact (--exact): a verified token gets the logits it gets alone, so every answer is the "
+    "target alone's"
+)
 
 
 def check_origin(origin: str) -> str:
@@ -56,13 +61,6 @@ def default_cache_mb() -> int:
     return min(psutil.virtual_memory().total // 8 // 2**20, 8192)
 
 
-def default_parallel(gpu_layers: int | None) -> int:
-    """Slots where a batch of several sequences costs little more than one (a GPU); on a CPU,
-    where a step's cost grows with its tokens, one slot."""
-    on_gpu = build_facts().gpu_offload and gpu_layers != 0
-    return 4 if on_gpu else 1
-
-
 def serve(
     pair: PairOpt = None,
     target: Target = None,
@@ -74,6 +72,7 @@ def serve(
     ctx: Ctx = 4096,
     threads: Threads = None,
     extra_buffers: ExtraBuffers = None,
+    exact: Exact = False,
     rpc: Rpc = None,
     adaptive: Adaptive = True,
     temperature: Annotated[
@@ -106,7 +105,9 @@ def serve(
             min=1,
             show_default=False,
             help="Requests answered at once, each in its own slot of --ctx tokens, their "
-            "decodes batched into one step. Default: 1 on a CPU, 4 with a GPU.",
+            "decodes batched into one step. Default: 4 on a CPU; 1 on a GPU (where drafting "
+            "beside the target's verify pays for one user), with a draft head or a target with "
+            "recurrent layers.",
         ),
     ] = None,
     queue: Annotated[
@@ -181,7 +182,8 @@ def serve(
         adaptive=adaptive,
         rpc_workers=rpc,
         remember=remember,
-        n_seq=parallel or default_parallel(gpu_layers),
+        exact=exact,
+        n_seq=parallel,
     )
     # A catalogue pair is served under its name; a --target under its file name (an Ollama or
     # LM Studio model under its name there: its file name is a digest or a quantisation).
@@ -207,10 +209,12 @@ def serve(
         )
     sock = server.bind(host, port)  # before loading: a taken port fails at once
     with console.status("loading models…"):
-        engine = Engine(config)
+        engine = open_engine(config)
     with engine:
         ui.show_log(server.log, console)  # a line per answer, and errors
         url, facts = server.url_of(sock), server.startup_facts(engine, settings)
+        if config.exact:  # before the last line (how to stop it)
+            facts.insert(-1, EXACT_FACT)
 
         def ready() -> None:
             ui.print_serving(f"{url}/v1", [f"chat page {url}/", *facts], console)

@@ -27,7 +27,7 @@ def stderr_console(*, color: bool = True) -> Console:
     return Console(stderr=True, no_color=plain, highlight=False)
 
 
-def summary_line(stats: GenerationStats) -> str:
+def summary_line(stats: GenerationStats, *, exact: bool = False) -> str:
     parts = [
         f"{stats.n_generated} tokens in {stats.time_s:.2f} s ({stats.tokens_per_s:.1f} tok/s)",
         f"drafter {stats.drafter}",
@@ -40,11 +40,15 @@ def summary_line(stats: GenerationStats) -> str:
     parts.append(f"finish {stats.finish_reason}")
     if stats.seed is not None:
         parts.append(f"seed {stats.seed}")
+    if exact:
+        parts.append("exact")
     return " · ".join(parts)
 
 
-def print_summary(stats: GenerationStats, console: Console | None = None) -> None:
-    (console or stderr_console()).print(f"[dim]{summary_line(stats)}[/dim]")
+def print_summary(
+    stats: GenerationStats, console: Console | None = None, *, exact: bool = False
+) -> None:
+    (console or stderr_console()).print(f"[dim]{summary_line(stats, exact=exact)}[/dim]")
 
 
 def print_error(message: str, hint: str | None = None, console: Console | None = None) -> None:

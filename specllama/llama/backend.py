@@ -27,6 +27,8 @@ import psutil
 
 from specllama.errors import ContextOverflowError, ModelLoadError, RpcError
 from specllama.llama import amx, ggml_rpc, rpc
+from specllama.llama import exact as exact_mode
+from specllama.llama.gguf_info import read_header
 from specllama.llama.vocab import VocabInfo
 
 log = logging.getLogger("specllama.llama_cpp")
@@ -301,10 +303,10 @@ class EvaluatedTokens:
 class LlamaBackend(EvaluatedTokens):
     """A loaded model with one context (sequence 0).
 
-    `n_seq`: sequences the context holds (a server's slots), each with `n_ctx // n_seq` tokens
-    of its own KV cache (llama.cpp's streams, not one shared buffer: a sequence's attention
-    then spans only its own cells, as it would alone). This object's own bookkeeping is
-    sequence 0's; `specllama.llama.sequences` keeps the others'.
+    `n_seq`: sequences the context holds (a server's slots; one for a recurrent model), each
+    with `n_ctx // n_seq` tokens of its own KV cache (llama.cpp's streams, not one shared
+    buffer: a sequence's attention then spans only its own cells, as it would alone). This
+    object's own bookkeeping is sequence 0's; `specllama.llama.sequences` keeps the others'.
 
     `extra_buffers`: llama.cpp's extra buffer types (CPU weight repacking, AMX kernels). None
     decides it the safe way for this machine (`specllama.llama.amx`: off only where the AMX kernels
@@ -314,6 +316,12 @@ class LlamaBackend(EvaluatedTokens):
     this machine's GPUs. Loading and every decode then run under a watchdog of `rpc_timeout_s`.
 
     `load_mtp`: also load the model's own draft head (MTP / nextn layers), for an `MtpHead`.
+
+    `batch_invariant`: exact mode (`specllama.llama.exact`): no extra buffers and no tiled
+    matmul, so a token verified in a batch gets the logits it gets alone, on the CPU; the whole
+    process must choose it before its first model loads. `exact_problems` then says, one line
+    each, why it cannot hold for this file here (empty: it holds). Not to be confused with
+    `exact`, which says the file is all F32 (its KV cache then stays F32 too).
 
     Recurrent and hybrid models (Mamba, qwen35's gated delta net): a recurrent state cannot be
     cut back like a KV cache. llama.cpp keeps `rollback_depth` per-token snapshots of the last
@@ -336,11 +344,17 @@ class LlamaBackend(EvaluatedTokens):
         load_mtp: bool = False,
         rollback_depth: int = DEFAULT_ROLLBACK_DEPTH,
         n_seq: int = 1,
+        batch_invariant: bool = False,
     ) -> None:
         self.path = Path(path)
         _check_gguf(self.path)
         llama_cpp = _llama()
         self._lib = llama_cpp
+        self.batch_invariant = batch_invariant
+        if batch_invariant:  # before any load: ggml reads the tiled switch once per process
+            exact_mode.use_batch_invariant_kernels()
+            extra_buffers = False  # repacked weights: gemm for 4+ rows, gemv below
+        exact_mode.note_model_load()
         if extra_buffers is None:
             facts = build_facts()
             extra_buffers = amx.extra_buffers_for(
@@ -394,10 +408,16 @@ class LlamaBackend(EvaluatedTokens):
         if self.exact:
             ctx_params.type_k = ctx_params.type_v = llama_cpp.GGML_TYPE_F32
             ctx_params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        self.exact_problems = (
+            self._exact_problems(n_gpu_layers, bool(self.workers)) if batch_invariant else []
+        )
         self.recurrent = bool(
             llama_cpp.llama_model_is_recurrent(self._model)
             or llama_cpp.llama_model_is_hybrid(self._model)
         )
+        if self.recurrent and n_seq > 1:  # its state cannot be cut back per sequence: one
+            n_ctx, n_seq = n_ctx // n_seq, 1
+            ctx_params.n_ctx, ctx_params.n_seq_max = n_ctx, 1
         snapshots = self.recurrent and _has_field(ctx_params, "n_rs_seq")
         if snapshots:
             ctx_params.n_rs_seq = rollback_depth
@@ -427,6 +447,21 @@ class LlamaBackend(EvaluatedTokens):
         self.tokens: list[int] = []
         self.n_decoded = 0  # tokens evaluated over the lifetime (prefix reuse shows up here)
         self.decode_seconds = 0.0  # time evaluating, logits included: what is not Python overhead
+
+    def _exact_problems(self, n_gpu_layers: int, rpc_workers: bool) -> list[str]:
+        """Why exact mode cannot hold for this file here, one line each (research/RESULTS.md)."""
+        offloaded_to = None
+        if rpc_workers:
+            offloaded_to = "the RPC workers"
+        elif n_gpu_layers != 0 and build_facts().gpu_offload:
+            offloaded_to = "the GPU"
+        return exact_mode.problems(
+            self.path.name,
+            file_type=read_header(self.path).file_type,
+            all_f32=self.exact,
+            system_info=build_facts().system_info,
+            offloaded_to=offloaded_to,
+        )
 
     def _loading(self, _progress: float, _user_data: ctypes.c_void_p) -> bool:
         if self._watchdog is not None:

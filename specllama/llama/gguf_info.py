@@ -89,6 +89,9 @@ class GgufHeader:
     target_hidden_size: int | None = None
     # {arch}.embedding_length_out: a Gemma 4 assistant's: the width of the target rows it reads
     embedding_length_out: int | None = None
+    # What one token's keys and values take in an F16 KV cache, every layer; None where the
+    # header does not say (per-layer head counts, no attention)
+    kv_bytes_per_token: int | None = None
 
     @property
     def has_mtp(self) -> bool:
@@ -354,7 +357,20 @@ class _HeaderParser:
             embedding_length=_int(meta.get(f"{arch}.embedding_length")),
             target_hidden_size=_int(meta.get(f"{arch}.target_hidden_size")),
             embedding_length_out=_int(meta.get(f"{arch}.embedding_length_out")),
+            kv_bytes_per_token=self._kv_bytes_per_token(arch),
         )
+
+    def _kv_bytes_per_token(self, arch: str | None) -> int | None:
+        meta = self.meta
+        layers = _int(meta.get(f"{arch}.block_count"))
+        heads_kv = _int(meta.get(f"{arch}.attention.head_count_kv"))
+        heads = _int(meta.get(f"{arch}.attention.head_count"))
+        width = _int(meta.get(f"{arch}.embedding_length"))
+        if not (layers and heads_kv and heads and width):
+            return None
+        key = _int(meta.get(f"{arch}.attention.key_length")) or width // heads
+        value = _int(meta.get(f"{arch}.attention.value_length")) or key
+        return layers * heads_kv * (key + value) * 2
 
     def _vocab(self, tokenizer: str | None) -> VocabInfo | None:
         vocab_type = VOCAB_TYPES.get(tokenizer or "")

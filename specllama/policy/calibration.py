@@ -89,13 +89,14 @@ def calibration_key(
     n_gpu_layers_draft: int = 0,
     llama_version: str = "",
     extra_buffers: bool = True,
+    exact: bool = False,
     workers: list[tuple[str, int]] | None = None,
 ) -> dict[str, object]:
     """What the costs depend on: the model files, this machine, and how the models run.
 
     `workers`: (endpoint, total device memory) of the RPC workers that run the target; a verify
     then pays the network too. Only present with workers, so that keys measured without any
-    stay what they were.
+    stay what they were. `exact`: batch-invariant kernels (slower batches), present only when on.
     """
     key: dict[str, object] = {
         "format": FORMAT,
@@ -113,6 +114,8 @@ def calibration_key(
         "llama_cpp": llama_version,
         "extra_buffers": extra_buffers,  # off (the AMX fallback) makes batches slower
     }
+    if exact:
+        key["exact"] = True
     if workers:
         key["rpc"] = [{"endpoint": e, "memory_total": total} for e, total in workers]
     return key

@@ -140,6 +140,7 @@ class Api:
                 "draft_max": self.engine.draft_max,
                 "n_ctx": self.engine.target.n_ctx,
                 "slots": self.queue.pool.size,
+                "exact": config.exact,
                 "device": self.engine.device,
                 "defaults": dataclasses.asdict(defaults),
             }
@@ -464,7 +465,7 @@ def startup_facts(engine: Engine, settings: Settings) -> list[str]:
         workers = f" (layers on RPC workers {', '.join(config.rpc)})"
     return [
         f"model {settings.model_id!r}: target {config.target.name}{workers} · {drafter} · {mode}",
-        f"ctx {engine.target.n_ctx}{_slots_fact(engine.config.n_seq)}, "
+        f"ctx {engine.target.n_ctx}{_slots_fact(engine.n_seq)}, "
         f"{settings.max_waiting} may wait"
         f" · temperature {settings.defaults.temperature:g} when a request sets none{key}",
         _cache_fact(engine, settings.cache_bytes),

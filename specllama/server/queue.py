@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -277,7 +278,7 @@ class GenerationQueue:
         """Holds the lock."""
         job.state = "running"
         self.waiting -= 1
-        slot.job = job
+        slot.job, slot.last_used = job, time.monotonic()
         return job
 
     def _run(self, slot: Slot, job: Job) -> None:

@@ -27,6 +27,7 @@ class Slot:
     engine: Engine  # the loop's view of the models: its own sequences of them
     job: Any = None  # the queue's Job it runs
     handed: Any = None  # a Job given to it by another slot, not started yet
+    last_used: float = 0.0  # when it last started a job (time.monotonic)
 
     @property
     def free(self) -> bool:
@@ -36,7 +37,7 @@ class Slot:
 class SlotPool:
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
-        self.size = engine.config.n_seq
+        self.size = engine.n_seq
         self.stepper = Stepper() if self.size > 1 else None
         self.slots: list[Slot] = [Slot(engine)]  # until `open`: the engine itself
 
@@ -55,13 +56,20 @@ class SlotPool:
             self.slots.append(Slot(engine.for_sequences(target, draft)))
 
     def best_free(self, prompt: Sequence[int], *, prefer: Slot) -> Slot:
-        """The free slot whose sequence holds the most of `prompt` (`prefer` among equals)."""
+        """The free slot for `prompt`: the one whose sequence holds the most of it, where that
+        is at least half of what it holds (a conversation coming back); else the free slot used
+        least recently, an empty one first, so that a side request does not evict a
+        conversation that will come back (llama-server's slot similarity, 0.5). `prefer` wins
+        among equals."""
         free = [slot for slot in self.slots if slot.free or slot is prefer]
 
-        def held(slot: Slot) -> tuple[int, bool]:
-            return slot.engine.target.common_prefix(prompt), slot is prefer
+        def kept(slot: Slot) -> int:
+            return slot.engine.target.common_prefix(prompt)
 
-        return max(free, key=held)
+        best = max(free, key=lambda slot: (kept(slot), slot is prefer))
+        if kept(best) and 2 * kept(best) >= best.engine.target.n_past:
+            return best
+        return min(free, key=lambda slot: (slot.engine.target.n_past > 0, slot.last_used))
 
     @contextlib.contextmanager
     def generating(self) -> Iterator[None]:

@@ -322,7 +322,7 @@ def test_the_status_names_the_pair_and_what_can_draft(server: Server, smol_f32: 
     assert facts["draft"] == {"file": smol_q4.name, "bytes": smol_q4.stat().st_size}
     assert facts["drafters"] == ["auto", "model", "ngram", "none"]
     assert facts["n_ctx"] == CTX and facts["adaptive"] is False and facts["draft_max"] == 4
-    assert facts["slots"] == 1  # --parallel's default on a CPU
+    assert facts["slots"] == 1  # --parallel 1
     assert facts["device"].startswith("CPU")
     assert server.request("GET", "/specllama/status", headers={"Authorization": ""})[0] == 401
 

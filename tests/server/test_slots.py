@@ -226,3 +226,31 @@ def test_what_cannot_run_in_slots_is_refused_in_one_line(qwen35_mtp: Path, draft
     assert result.exit_code == 2  # a usage error
     assert why in result.output and "--parallel 1" in result.output
     assert "Traceback" not in result.output
+
+
+MAIN = "You are a careful assistant who answers questions about fruit. " * 12
+SIDE = "You write short titles for conversations, in five words at most. " * 12
+
+
+@pytest.fixture
+def two_slots(smol_f32: Path, tmp_path: Path) -> Iterator[Server]:
+    yield from serve(smol_f32, ["--parallel", "2", "--cache-ram", "0"], tmp_path / "stderr.txt")
+
+
+def test_a_side_request_takes_another_slot_and_the_conversation_stays(two_slots: Server):
+    """Without a prompt cache: the main conversation's next turn finds its slot as it left it,
+    because the side request between went to a slot of its own."""
+
+    def ask(system: str, turns: list[dict]):
+        messages = [{"role": "system", "content": system}, *turns]
+        return two_slots.client().chat.completions.create(
+            model="m", messages=messages, max_tokens=12
+        )
+
+    first = [{"role": "user", "content": "Name three fruits."}]
+    main = ask(MAIN, first)
+    side = ask(SIDE, [{"role": "user", "content": "Title: fruit names"}])
+    assert side.usage.prompt_tokens_details.cached_tokens < 10
+    said = {"role": "assistant", "content": main.choices[0].message.content}
+    again = ask(MAIN, [*first, said, {"role": "user", "content": "And vegetables?"}])
+    assert again.usage.prompt_tokens_details.cached_tokens >= main.usage.prompt_tokens
