@@ -146,13 +146,20 @@ def test_a_lying_calibration_costs_at_most_3_percent(machine, lie):
 def test_a_noisy_machine_does_not_stop_a_copy(machine):
     """The calibration is right, but each round's time varies by 12% (the sd of its log, as on
     the shared 2-core EPYC): one slow verify of a new size must not read as the curve's shape.
-    Every copying answer keeps 95% of its speedup on a quiet machine."""
+    Every copying answer keeps 95% of its speedup on a quiet machine. n-gram lookup alone: the
+    copies are what is judged (the trace's draft model agrees 60% of the time, and how soon it
+    is tried first is another matter)."""
     true = MACHINES[machine]
+
+    def speedup(trace: Trace, machine: MachineCosts, seed: int) -> float:
+        controller = AdaptiveController(true)
+        return simulate(trace, controller, machine, seed=seed, draft_model=False).speedup
+
     for seed in range(12):
         trace = copying(128, np.random.default_rng(seed))
-        quiet = simulate(trace, AdaptiveController(true), MachineCosts(true), seed=seed)
-        noisy = simulate(trace, AdaptiveController(true), MachineCosts(true, noise=0.12), seed=seed)
-        assert noisy.speedup >= 0.95 * quiet.speedup, seed
+        quiet = speedup(trace, MachineCosts(true), seed)
+        noisy = speedup(trace, MachineCosts(true, noise=0.12), seed)
+        assert noisy >= 0.95 * quiet, seed
 
 
 @pytest.mark.parametrize("lie", ["flat", "under load", "3x dear", "3x cheap"])
