@@ -1,0 +1,140 @@
+#!/usr/bin/env python3
+"""The default policy against the best fixed configuration and the oracle, per category, in
+three cost regimes, on prompts split before tuning (issue 44, item 4).
+
+    python research/regimes.py [--split tuning|held-out|all] [--json out.json]
+
+Replayed (`specllama.policy.simulator`) on recorded answers of the reference pair (Qwen2.5-Coder
+0.5B drafting for 1.5B) with the costs recorded beside them:
+
+- "Q4_K_M, AMD EPYC": verifying is dear (V(2) = 1.7 V(1)); the bundled prompts' answers, and
+  Spec-Bench's (held out: never used for tuning);
+- "Q4_K_M, Intel Xeon" and "F16, Intel Xeon": the same prompts answered by each target; the F16
+  target is memory-bound, so verifying up to 6 tokens costs about one (the regime of GPUs);
+- "GPU-like (simulated)": the EPYC answers on the costs an H200 showed for a 7B-shaped F16
+  target (research/policies.py, H200_MEASURED: rounds dearer than its calibration says).
+  Labelled as such: no GPU ran it.
+
+The bundled prompts are split by their place in their category (sorted by name: even places tune,
+odd places are held out), so a figure from `--split held-out` comes from answers no choice was
+made on. "Best fixed" is the best of the target alone, the draft model at k = 1..8 and n-gram
+lookup at k = 1..16, chosen per category knowing the results (what a person could have picked
+for that category on that machine); the oracle knows every answer in advance.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from policies import H200_MEASURED, RESULTS
+
+from specllama.engine.control import FixedLength
+from specllama.policy.controller import AdaptiveController
+from specllama.policy.costs import Costs
+from specllama.policy.simulator import MachineCosts, Trace, oracle_speedup, simulate
+
+# label -> (traces files, the machine's costs: "recorded" = the first file's calibration)
+REGIMES = {
+    "Q4_K_M, AMD EPYC": (("traces-q4km-epyc.json", "traces-q4km-epyc-specbench.json"), None),
+    "Q4_K_M, Intel Xeon": (("traces-qwen2.5-coder-q4km.json",), None),
+    "F16, Intel Xeon": (("traces-qwen2.5-coder-f16-target.json",), None),
+    "GPU-like (simulated)": (
+        ("traces-q4km-epyc.json", "traces-q4km-epyc-specbench.json"),
+        H200_MEASURED,
+    ),
+}
+TARGET_ALONE = "target alone"
+FIXED: dict[str, tuple[Callable[[], object], dict]] = {
+    **{f"model:{k}": (lambda k=k: FixedLength(k), {"ngram": False}) for k in (1, 2, 3, 4, 6, 8)},
+    **{
+        f"ngram:{k}": (lambda k=k: FixedLength(k), {"draft_model": False}) for k in (1, 2, 4, 8, 16)
+    },
+}
+
+
+def split_of(trace: Trace, place: int) -> str:
+    """Spec-Bench's answers are held out; the bundled ones by their place in their category."""
+    if trace.name.startswith("sb-"):
+        return "held-out"
+    return "tuning" if place % 2 == 0 else "held-out"
+
+
+def load(files: tuple[str, ...]) -> tuple[list[tuple[str, Trace]], Costs]:
+    traces, costs = [], None
+    for name in files:
+        data = json.loads((RESULTS / name).read_text(encoding="utf-8"))
+        costs = costs or Costs.from_dict(data["costs"])
+        by_category: dict[str, list[Trace]] = defaultdict(list)
+        for raw in data["traces"]:
+            trace = Trace.from_dict(raw)
+            by_category[trace.category].append(trace)
+        for group in by_category.values():
+            for place, trace in enumerate(sorted(group, key=lambda t: t.name)):
+                traces.append((split_of(trace, place), trace))
+    assert costs is not None
+    return traces, costs
+
+
+def replay_regime(traces: list[Trace], machine: MachineCosts) -> dict[str, dict]:
+    """Per category: the default's, each fixed configuration's and the oracle's speedups."""
+    runs: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for trace in traces:
+        runs["default"][trace.category].append(
+            simulate(trace, AdaptiveController(machine.costs), machine).speedup
+        )
+        for name, (make, sources) in FIXED.items():
+            result = simulate(trace, make(), machine, **sources)
+            runs[name][trace.category].append(result.speedup)
+        runs["oracle"][trace.category].append(oracle_speedup(trace, machine))
+    table = {}
+    for category in sorted(runs["default"]):
+        medians = {name: statistics.median(v[category]) for name, v in runs.items()}
+        fixed = {name: medians[name] for name in FIXED} | {TARGET_ALONE: 1.0}
+        best = max(fixed, key=fixed.__getitem__)
+        table[category] = {
+            "prompts": len(runs["default"][category]),
+            "default": round(medians["default"], 3),
+            "best_fixed": best,
+            "best_fixed_speedup": round(fixed[best], 3),
+            "default_over_best": round(medians["default"] / fixed[best], 3),
+            "default_over_oracle": round(medians["default"] / medians["oracle"], 3),
+            "worst_prompt": round(min(runs["default"][category]), 3),
+        }
+    return table
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--split", choices=["tuning", "held-out", "all"], default="held-out")
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    report = {}
+    for label, (files, machine) in REGIMES.items():
+        split_traces, costs = load(files)
+        traces = [t for split, t in split_traces if args.split in ("all", split)]
+        table = replay_regime(traces, machine or MachineCosts(costs))
+        report[label] = table
+        print(f"\n{label}, {args.split} prompts (replayed; medians per category)")
+        print("| category | prompts | default | best fixed | default / best | of oracle | worst |")
+        print("|---|---:|---:|---|---:|---:|---:|")
+        for category, row in table.items():
+            print(
+                f"| {category} | {row['prompts']} | {row['default']:.2f}x | "
+                f"{row['best_fixed_speedup']:.2f}x {row['best_fixed']} | "
+                f"{row['default_over_best']:.2f} | {row['default_over_oracle']:.2f} | "
+                f"{row['worst_prompt']:.2f}x |"
+            )
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
