@@ -221,8 +221,9 @@ class Engine:
                 "to any prefix, so it serves one sequence",
                 hint="--parallel 1",
             )
-        # One line each, for the faces to show: what this pair cannot do here, and why.
-        self.notices: list[str] = []
+        # One line each, for the faces to show: what this pair cannot do here, and why (with
+        # --exact, why exactness cannot hold for this target here).
+        self.notices: list[str] = list(self.target.exact_problems)
         if self.target.max_rollback == 0:
             self.notices.append(
                 f"{config.target.name} has recurrent layers and this llama-cpp-python cannot "

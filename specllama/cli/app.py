@@ -57,7 +57,6 @@ from specllama.cli.options import (
     engine_config,
     fetch_model,
     friendly_errors,
-    open_engine,
     read_prediction,
     read_prompt,
     workers_option,
@@ -77,6 +76,7 @@ from specllama.models import hub
 from specllama.models.catalog import load_catalog
 from specllama.models.hardware import doctor_report, pair_rows, smallest_quantised_model
 from specllama.policy import calibration
+from specllama.session import Engine
 
 app = typer.Typer(
     help="Speculative decoding on llama.cpp: same output as the target model, only faster.",
@@ -156,7 +156,7 @@ def run(
     messages = [Message("system", system)] if system else []
     messages.append(Message("user", text))
 
-    with open_engine(config) as engine:
+    with Engine(config) as engine:
         tokens = engine.prompt_tokens(messages, chat_template=not no_chat_template)
         check_prompt_fits(tokens, engine.target.n_ctx)  # before measuring costs
         rule = compile_rule(engine, spec)
@@ -255,7 +255,7 @@ def chat(
     check_max_tokens(max_tokens)
     view = ui.ChatView(color=ui.color_wanted(no_color), record=record is not None)
     with ui.stderr_console(color=view.color).status("loading models…"):
-        engine = open_engine(config)
+        engine = Engine(config)
     with engine:
         rule = compile_rule(engine, spec)
         calibrate_with_notice(engine)  # before the first turn, not inside it

@@ -43,7 +43,6 @@ from specllama.cli.options import (
     calibrate_with_notice,
     check_max_tokens,
     engine_config,
-    open_engine,
 )
 from specllama.engine.sampling import SamplingParams
 from specllama.errors import UsageError
@@ -174,7 +173,7 @@ def bench(
         configs_of(configs)  # a bad --configs is refused before any model loads
     console = ui.stderr_console()
     started = time.monotonic()
-    with open_engine(config) as engine:
+    with Engine(config) as engine:
         calibrate_with_notice(engine, always=not full)
         plan = plan_for(
             engine,

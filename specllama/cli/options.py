@@ -407,14 +407,6 @@ def engine_config(
     )
 
 
-def open_engine(config: EngineConfig) -> Engine:
-    """The pair loaded; with --exact, why exactness cannot hold here joins its start-up
-    notices (one line each, shown by every face), never left unsaid."""
-    engine = Engine(config)
-    engine.notices.extend(engine.target.exact_problems)
-    return engine
-
-
 def served_name(ref: str, path: Path) -> str:
     """The model id `serve` gives a --target: its Ollama or LM Studio name, else its file name."""
     for prefix in ("ollama:", "lmstudio:"):

@@ -31,18 +31,13 @@ from specllama.cli.options import (
     TopP,
     calibrate_with_notice,
     engine_config,
-    open_engine,
     served_name,
 )
 from specllama.engine.sampling import SamplingParams
 from specllama.errors import UsageError
 from specllama.llama.rpc import is_loopback
 from specllama.models.catalog import load_catalog
-
-EXACT_FACT = (
-    "exact (--exact): a verified token gets the logits it gets alone, so every answer is the "
-    "target alone's"
-)
+from specllama.session import Engine
 
 
 def check_origin(origin: str) -> str:
@@ -209,12 +204,10 @@ def serve(
         )
     sock = server.bind(host, port)  # before loading: a taken port fails at once
     with console.status("loading models…"):
-        engine = open_engine(config)
+        engine = Engine(config)
     with engine:
         ui.show_log(server.log, console)  # a line per answer, and errors
         url, facts = server.url_of(sock), server.startup_facts(engine, settings)
-        if config.exact:  # before the last line (how to stop it)
-            facts.insert(-1, EXACT_FACT)
 
         def ready() -> None:
             ui.print_serving(f"{url}/v1", [f"chat page {url}/", *facts], console)

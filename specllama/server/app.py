@@ -469,8 +469,15 @@ def startup_facts(engine: Engine, settings: Settings) -> list[str]:
         f"{settings.max_waiting} may wait"
         f" · temperature {settings.defaults.temperature:g} when a request sets none{key}",
         _cache_fact(engine, settings.cache_bytes),
+        *([EXACT_FACT] if config.exact else []),
         "Ctrl-C stops the server",
     ]
+
+
+EXACT_FACT = (
+    "exact (--exact): a verified token gets the logits it gets alone, so every answer is the "
+    "target alone's"
+)
 
 
 def _slots_fact(n_slots: int) -> str:
