@@ -17,24 +17,13 @@ import statistics
 from pathlib import Path
 
 from specllama.llama.backend import LlamaBackend
-from specllama.policy.calibration import _cpu_name
+from specllama.policy.calibration import _cpu_name, _timed, _tokens
 
 SIZES = (1, 2, 3, 5, 9, 17)
 
 
-def tokens(model: LlamaBackend, n: int) -> list[int]:
-    span = max(model.n_vocab - 300, 1)
-    return [200 + (i * 7919) % span for i in range(n)]
-
-
-def timed(model: LlamaBackend, batch: list[int]) -> float:
-    before = model.decode_seconds
-    model.decode(batch, range(len(batch)))
-    return model.decode_seconds - before
-
-
 def measure(model: LlamaBackend, depths: list[int], repeats: int) -> dict[int, dict[int, float]]:
-    ids = tokens(model, max(depths) + max(SIZES))
+    ids = _tokens(model, max(depths) + max(SIZES))  # as the calibration times them
     curves: dict[int, dict[int, float]] = {}
     for depth in depths:
         model.rollback(0)
@@ -43,7 +32,7 @@ def measure(model: LlamaBackend, depths: list[int], repeats: int) -> dict[int, d
         samples: dict[int, list[float]] = {n: [] for n in SIZES}
         for repeat in range(repeats + 1):
             for n in SIZES:
-                seconds = timed(model, ids[depth : depth + n])
+                seconds = _timed(model, ids[depth : depth + n], range(n))
                 model.rollback(depth)
                 if repeat:  # the first pass warms up
                     samples[n].append(seconds)
