@@ -176,9 +176,14 @@ def simulate(
     max_tokens: int | None = None,
     seed: int = 0,
 ) -> SimResult:
-    """Play `generate`'s loop over `trace` with `controller`, on `machine`'s clock."""
+    """Play `generate`'s loop over `trace` with `controller`, on `machine`'s clock.
+
+    `max_tokens` is the run's budget: the answer stops there, and what the controller is told
+    remains counts down from it, as in the loop, which cannot know where an answer will end
+    (without it, from the answer's own length: a replay that knows the end)."""
     rng = np.random.default_rng(seed)
-    n = min(len(trace), max_tokens or len(trace))
+    budget = max_tokens or len(trace)
+    n = min(len(trace), budget)
     result = SimResult(trace.name, n, 0.0, machine.target_alone(n))
     state = _DraftState()
     while state.pos < n:
@@ -189,7 +194,7 @@ def simulate(
         backlog = max(trace.n_prompt + pos - state.model_done, 0)
         if draft_model:
             options.append((MODEL, backlog))
-        source, k = controller.choose(options, remaining=n - pos, generated=pos)
+        source, k = controller.choose(options, remaining=budget - pos, generated=pos)
         k = max(0, min(k, n - pos - 1))
         kind = kind_of(source) if k else ""
         if kind == MODEL:

@@ -49,6 +49,7 @@ CPU_AMX = Costs(
 
 
 def replay(costs, trace, controller=None, machine=None, **kw):
+    kw.setdefault("max_tokens", max(len(trace), 128))  # a budget, not where it ends
     controller = controller or AdaptiveController(costs)
     return simulate(trace, controller, machine or MachineCosts(costs), **kw), controller
 
