@@ -133,6 +133,15 @@ LONG_COPY = 32
 CATCH_UP_HORIZON = 16
 
 
+def _draft_steps(round_: RoundEvent) -> int:
+    """The draft decodes of a round (`draft_chain`): one reads the first token's logits, then
+    one per token drafted but the last; a draft stopped short of the k asked for (an
+    unconfident token) also decoded the token it stopped after. Counted as n_drafted alone,
+    the stops made a draft step look up to twice what it is, and the draft model dearer."""
+    stopped = round_.n_drafted < round_.k
+    return max(round_.n_drafted + stopped, 1)
+
+
 def match_length(source: str) -> int:
     """N of an n-gram source's name, "ngramN" or "ngramN-mixed" (3 when it gives none)."""
     return int(source[len(NGRAM) :].removesuffix(MIXED) or 3)
@@ -480,7 +489,7 @@ class AdaptiveController:
             return
         kind = kind_of(round_.source)
         routine = kind in STEPPED and self._backlog <= _ROUTINE_BACKLOG
-        steps = max(round_.n_drafted, 1) if routine else 0
+        steps = _draft_steps(round_) if routine else 0
         self.live.learn(
             kind, round_.n_drafted, steps, round_.draft_s, round_.target_s, round_.wall_s
         )

@@ -207,7 +207,7 @@ def simulate(
                 accepted = min(drafted, trace.ngram_run[pos])
             target_s = machine.verify(drafted + 1)
             event = RoundEvent(drafted, accepted, 0.0, target_s, source if kind else "")
-        event = _clocked(event, machine, bool(kind), rng)
+        event = _clocked(replace(event, k=k if kind else 0), machine, bool(kind), rng)
         controller.observe(event)
         result.rounds.append(event)
         result.time_s += event.wall_s

@@ -200,6 +200,20 @@ def test_learns_what_rounds_really_cost(a):
     assert adaptive >= max(best_fixed, 1.0) - 0.05
 
 
+def test_a_draft_stopped_on_confidence_is_counted_with_the_step_that_stopped_it():
+    """A draft that stops at an unconfident token decoded that token too. Counted as the
+    tokens kept, draft steps looked up to twice what they cost, and a draft model that was
+    timed right looked 1.2-2x dearer."""
+    rng = np.random.default_rng(9)
+    n = 256
+    confidence = tuple(float(x) for x in np.where(rng.random(n) < 0.3, 0.2, 0.95))
+    trace = replace(synthetic_trace(n, 0.9, rng), model_confidence=confidence)
+    result, controller = replay(GPU, trace, ngram=False)
+    stopped = [r for r in model_rounds(result) if 0 < r.n_drafted < r.k]
+    assert len(stopped) > 10
+    assert controller.live.draft_scale == pytest.approx(1.0, abs=0.02)
+
+
 # -- pipelined drafting -------------------------------------------------------------------------
 
 
