@@ -30,6 +30,7 @@ import statistics
 import sys
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -101,14 +102,27 @@ def load(files: tuple[str, ...]) -> tuple[list[tuple[str, Trace]], Costs]:
     return traces, costs
 
 
-def replay_regime(traces: list[Trace], machine: MachineCosts) -> dict[str, dict]:
-    """Per category: the default's, each fixed configuration's and the oracle's speedups."""
+def learnt_on(traces: list[Trace], machine: MachineCosts) -> Costs:
+    """The machine's calibration as runs of `traces`, one after another, leave it: each starts
+    from what the one before learnt of its rounds' cost (`costs.Learnt`), as a user's runs do."""
+    costs = machine.costs
+    for trace in traces:
+        controller = AdaptiveController(costs)
+        simulate(trace, controller, machine, max_tokens=RECORDED_BUDGET)
+        costs = replace(costs, learnt=controller.live.learnt() or costs.learnt)
+    return costs
+
+
+def replay_regime(
+    traces: list[Trace], machine: MachineCosts, costs: Costs | None = None
+) -> dict[str, dict]:
+    """Per category: the default's (starting from `costs`, default the calibration alone), each
+    fixed configuration's and the oracle's speedups."""
     runs: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    start = costs or machine.costs
     for trace in traces:
         runs["default"][trace.category].append(
-            simulate(
-                trace, AdaptiveController(machine.costs), machine, max_tokens=RECORDED_BUDGET
-            ).speedup
+            simulate(trace, AdaptiveController(start), machine, max_tokens=RECORDED_BUDGET).speedup
         )
         for name, (make, sources) in FIXED.items():
             result = simulate(trace, make(), machine, max_tokens=RECORDED_BUDGET, **sources)
@@ -135,14 +149,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--split", choices=["tuning", "held-out", "all"], default="held-out")
     parser.add_argument("--json", default=None)
+    parser.add_argument(
+        "--cold",
+        action="store_true",
+        help="each answer starts from the calibration alone, as the first run on a machine "
+        "(default: from what runs of the tuning prompts learnt of their rounds' cost)",
+    )
     args = parser.parse_args()
     report = {}
     for label, (files, machine) in REGIMES.items():
         split_traces, costs = load(files)
+        machine = machine or MachineCosts(costs)
         traces = [t for split, t in split_traces if args.split in ("all", split)]
-        table = replay_regime(traces, machine or MachineCosts(costs))
+        tuning = [t for split, t in split_traces if split == "tuning"]
+        start = machine.costs if args.cold else learnt_on(tuning, machine)
+        table = replay_regime(traces, machine, start)
         report[label] = table
-        print(f"\n{label}, {args.split} prompts (replayed; medians per category)")
+        start_from = "cold" if args.cold else "after runs of the tuning prompts"
+        print(f"\n{label}, {args.split} prompts (replayed, {start_from}; medians per category)")
         print("| category | prompts | default | best fixed | default / best | of oracle | worst |")
         print("|---|---:|---:|---|---:|---:|---:|")
         for category, row in table.items():

@@ -414,6 +414,7 @@ class Engine:
         calibration (`review_calibration`)."""
         yield from events
         self.review_calibration()
+        self.keep_learnt()
 
     def _remembered(
         self,
@@ -493,6 +494,16 @@ class Engine:
         if reason is not None:
             calibration.mark_stale(self._calibration_key(), reason)
         return reason
+
+    def keep_learnt(self) -> None:
+        """After a generation: what its rounds cost beyond the decodes (Python time, draft steps
+        in the loop) is kept with the cached calibration, for the next run to start from."""
+        controller = self.controller
+        if not isinstance(controller, AdaptiveController) or self.calibration is None:
+            return
+        learnt = controller.live.learnt()
+        if learnt is not None:
+            calibration.save_learnt(self._calibration_key(), learnt)
 
     @property
     def device(self) -> str:

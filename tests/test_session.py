@@ -43,6 +43,25 @@ def test_a_calibration_the_rounds_contradict_is_measured_again(smol_f32, tmp_pat
         assert engine.costs.verify(1) < 5.0  # this machine's, not the ten-second one's
 
 
+def test_a_run_starts_from_what_the_last_run_learnt_of_its_rounds(smol_f32, tmp_path, monkeypatch):
+    """What a run's rounds cost beyond the decodes (Python time a round) is kept with the
+    cached calibration, and the next run's controller starts from it."""
+    monkeypatch.setenv("SPECLLAMA_CACHE", str(tmp_path / "cache"))
+    config = EngineConfig(target=smol_f32, drafter="ngram", n_ctx=512, n_threads=2)
+    with Engine(config) as engine:
+        answer(engine, "Count from one to forty in words, one per line.", 48)
+        learnt = engine.controller.live.learnt()
+        assert learnt is not None
+        plain = engine.controller.live.overhead["plain"]
+        assert plain.weight >= 4 and plain.base > 0  # it measured something: Python is not free
+    with Engine(config) as engine:
+        costs = engine.calibrate()
+        assert engine.calibration.source == "cache"
+        assert costs.learnt is not None
+        start = engine.new_controller().live.overhead["plain"]
+        assert start.base == pytest.approx(plain.base, rel=1e-3, abs=1e-7)
+
+
 # -- memory and prediction: drafts change, the text never does ---------------------------------
 
 POEM = "Write a short poem about the sea."

@@ -33,7 +33,7 @@ from typing import Any, Protocol
 
 from specllama.paths import cache_dir
 from specllama.policy import trust
-from specllama.policy.costs import Costs
+from specllama.policy.costs import Costs, Learnt
 
 VERIFY_SIZES = (1, 2, 3, 4, 6, 8, 12, 17, 25, 49)
 LARGE_BATCH = 8  # larger verify sizes are timed twice, not three times (`_time_verifies`)
@@ -167,6 +167,18 @@ def save(
         data["problems"] = list(problems)
     _write(path, data)
     return path
+
+
+def save_learnt(key: dict[str, object], learnt: Learnt) -> None:
+    """Keep what a run's rounds showed beyond the decodes (`Learnt`) with the cached costs for
+    `key`, where the next run starts from them. Nothing where none is cached or it is stale (the
+    next run measures again); a read-only cache stays as it is."""
+    data = _read(key)
+    if data is None or data.get("stale"):
+        return
+    data["costs"]["learnt"] = learnt.as_dict()
+    with contextlib.suppress(OSError):
+        _write(_key_path(key), data)
 
 
 def mark_stale(key: dict[str, object], reason: str) -> None:
@@ -481,4 +493,10 @@ def summary(costs: Costs) -> str:
             f"catch-up {costs.draft_catchup_s * 1000:.2f} ms/token; "
             f"beside a verify: overlap {costs.overlap:.2f} (0: in parallel, 1: in turn)"
         )
+    learnt = costs.learnt
+    if learnt is not None:
+        rounds = ", ".join(f"{kind} {base * 1000:.2f} ms" for kind, base, _ in learnt.overheads)
+        line += f"; learnt by earlier runs: Python a round ({rounds})"
+        if learnt.draft_scale is not None:
+            line += f", draft steps {learnt.draft_scale:.2f}x as timed"
     return line

@@ -13,8 +13,9 @@ row. A round that drafts nothing is the target alone: C(0) = V(1) + o_plain(1). 
 is a prior that the rounds correct size by size (`specllama.policy.verify_curve`: measured on a
 loaded machine the calibration can be off by a factor or have the wrong shape; on a GPU a decode
 can return before its work is done), c_draft is rescaled by what draft steps really cost, and
-the o's are fitted to the rounds: they start at 0, which is nearly right on a CPU, and are
-learnt within a few rounds where they matter (a GPU).
+the o's are fitted to the rounds. They start where the last runs on this machine left them
+(`Costs.learnt`, kept with the calibration), else at 0, which is nearly right on a CPU: where
+they matter (a GPU, a short answer after a long prompt) a run cannot wait to learn them.
 
 When each draft token is accepted independently with probability a, a round that drafts k
 tokens yields on average the accepted prefix plus the target's own token:
@@ -42,6 +43,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import pairwise
+from typing import Any
 
 from specllama.engine.control import MODEL, MTP, NGRAM, PLAIN, STEPPED
 from specllama.policy.verify_curve import RunningRatio, VerifyCurve
@@ -54,6 +56,10 @@ _LEARN_RATE = 0.1
 _SCALE_LIMIT = 4.0
 # How much longer than the largest batch seen a draft may be (`LiveCosts.draft_limit`).
 DRAFT_GROWTH = 4
+# What earlier runs' figures (`Learnt`) are worth, in rounds: enough to start from, few enough
+# for this run's rounds to take over within a dozen. Also the rounds a run must have seen of a
+# kind before its figures are kept for the next.
+_LEARNT_WEIGHT = 4
 # Where a move of V redoes the controller's tables.
 _WATCHED_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48)
 
@@ -68,6 +74,7 @@ class Costs:
     draft_catchup_s: per token, when the draft model evaluates a backlog in one batch.
     overlap: lambda of the module docstring, for the target verifying while the draft model
     drafts ahead (0: fully in parallel, 1: in turn). 1 unless measured: no gain assumed.
+    learnt: what earlier runs' rounds showed beyond the decodes timed here (`Learnt`).
     """
 
     verify_s: tuple[tuple[int, float], ...]
@@ -75,6 +82,7 @@ class Costs:
     draft_catchup_s: float = 0.0
     measured: bool = True
     overlap: float = 1.0
+    learnt: Learnt | None = None
 
     def __post_init__(self) -> None:
         if not self.verify_s or self.verify_s[0][0] != 1:
@@ -105,13 +113,16 @@ class Costs:
         return v1 + max(v1 - v0, 0.0) / (n1 - n0) * (n - n1)
 
     def as_dict(self) -> dict[str, object]:
-        return {
+        data: dict[str, object] = {
             "verify_s": {str(n): round(s, 6) for n, s in self.verify_s},
             "draft_step_s": round(self.draft_step_s, 6),
             "draft_catchup_s": round(self.draft_catchup_s, 6),
             "measured": self.measured,
             "overlap": round(self.overlap, 4),
         }
+        if self.learnt is not None:
+            data["learnt"] = self.learnt.as_dict()
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, object]) -> Costs:
@@ -123,6 +134,37 @@ class Costs:
             draft_catchup_s=float(data.get("draft_catchup_s", 0.0)),  # type: ignore[arg-type]
             measured=bool(data.get("measured", True)),
             overlap=float(data.get("overlap", 1.0)),  # type: ignore[arg-type]
+            learnt=Learnt.from_dict(data["learnt"]) if data.get("learnt") else None,  # type: ignore[arg-type]
+        )
+
+
+@dataclass(frozen=True)
+class Learnt:
+    """What a run's rounds showed its rounds cost beyond the decodes the calibration times: the
+    Python time of each kind of round (base + per verified row, seconds) and a draft step in
+    the loop over the calibration's. On an H200 a drafting round took 6 ms besides its decodes
+    (0.84 of a target token) and a draft step 1.55x the one timed alone; on a 2-core EPYC
+    0.4-0.8 ms and 1.1-1.2x. A run that starts from the last run's figures weighs its first
+    rounds right: a short answer after a long prompt is over before they could be learnt."""
+
+    overheads: tuple[tuple[str, float, float], ...] = ()  # (kind, base, per_row)
+    draft_scale: float | None = None
+
+    def as_dict(self) -> dict[str, object]:
+        data: dict[str, object] = {
+            "overheads": {kind: [round(b, 7), round(r, 7)] for kind, b, r in self.overheads}
+        }
+        if self.draft_scale is not None:
+            data["draft_scale"] = round(self.draft_scale, 4)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Learnt:
+        overheads = data.get("overheads", {})
+        scale = data.get("draft_scale")
+        return cls(
+            overheads=tuple((str(k), float(b), float(r)) for k, (b, r) in overheads.items()),
+            draft_scale=float(scale) if scale is not None else None,
         )
 
 
@@ -141,22 +183,48 @@ def side_by_side(verify_s: float, ahead_s: float, overlap: float) -> float:
 class _Overhead:
     """Python seconds of a round, as base + per_row * rows (rows = k + 1 verified positions),
     fitted to the rounds by least squares with fading weights. A weak prior that a row costs
-    nothing extra keeps a run of rounds of one length from inventing a per-row cost."""
+    nothing extra keeps a run of rounds of one length from inventing a per-row cost. Where an
+    earlier run's line is known (`start_from`), it counts as that many rounds against the fit,
+    and fades as they do."""
 
     def __init__(self, fade: float = 0.9, prior: float = 0.5) -> None:
         self.fade = fade
         self.prior = prior
         self.sums = [0.0] * 5  # weight, rows, rows^2, seconds, rows * seconds
-        self.base = 0.0
-        self.per_row = 0.0
+        self._fitted = (0.0, 0.0)  # base, per_row of the rounds seen
+        self._start = (0.0, 0.0)  # an earlier run's base, per_row
+        self._start_weight = 0.0
+
+    def start_from(self, base: float, per_row: float, weight: float) -> None:
+        self._start, self._start_weight = (base, per_row), weight
+
+    @property
+    def weight(self) -> float:
+        """What the line rests on, in rounds: this run's (faded), and an earlier run's."""
+        return self.sums[0] + self._start_weight
+
+    @property
+    def base(self) -> float:
+        return self._blend(0)
+
+    @property
+    def per_row(self) -> float:
+        return self._blend(1)
+
+    def _blend(self, i: int) -> float:
+        start, seen = self._start_weight, self.sums[0]
+        if not start:
+            return self._fitted[i]
+        return (start * self._start[i] + seen * self._fitted[i]) / (start + seen)
 
     def add(self, rows: int, seconds: float) -> None:
         new = (1.0, rows, rows * rows, seconds, rows * seconds)
         self.sums = [s * self.fade + x for s, x in zip(self.sums, new)]
+        self._start_weight *= self.fade
         n, r, rr, y, ry = self.sums
         det = n * (rr + self.prior) - r * r
-        self.per_row = max((n * ry - r * y) / det, 0.0)
-        self.base = max((y - self.per_row * r) / n, 0.0)
+        per_row = max((n * ry - r * y) / det, 0.0)
+        self._fitted = (max((y - per_row * r) / n, 0.0), per_row)
 
     def __call__(self, rows: int) -> float:
         return self.base + self.per_row * rows
@@ -172,8 +240,31 @@ class LiveCosts:
         self.overlap = costs.overlap  # lambda, corrected by pipelined rounds
         kinds = (PLAIN, MODEL, MTP, NGRAM, PIPELINED)
         self.overhead = {kind: _Overhead() for kind in kinds}
+        if costs.learnt is not None:
+            self._start_from(costs.learnt)
         self.version = 0  # bumped when the costs moved enough for a cached table to be redone
         self._at_version = self._snapshot()
+
+    def _start_from(self, learnt: Learnt) -> None:
+        for kind, base, per_row in learnt.overheads:
+            if kind in self.overhead:
+                self.overhead[kind].start_from(base, per_row, _LEARNT_WEIGHT)
+        if learnt.draft_scale is not None:
+            self._draft.seed(learnt.draft_scale, _LEARNT_WEIGHT)
+
+    def learnt(self) -> Learnt | None:
+        """What this run's rounds showed beyond the decodes (`Learnt`), on top of what it started
+        from, for the next run: the kinds of round seen often enough, and the draft step's
+        scale; None if nothing was."""
+        overheads = tuple(
+            (kind, o.base, o.per_row)
+            for kind, o in self.overhead.items()
+            if o.weight >= _LEARNT_WEIGHT
+        )
+        scale = self._draft.value if self._draft.count >= _LEARNT_WEIGHT else None
+        if not overheads and scale is None:
+            return None
+        return Learnt(overheads, scale)
 
     # -- the model --------------------------------------------------------------------------
 

@@ -210,6 +210,11 @@ class RunningRatio:
         self._log = 0.0
         self.count = 0
 
+    def seed(self, ratio: float, count: int) -> None:
+        """Start from `ratio`, as if `count` observations had shown it."""
+        if ratio > 0:
+            self._log, self.count = math.log(ratio), count
+
     def add(self, observed: float, expected: float) -> None:
         if observed <= 0 or expected <= 0:
             return

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from specllama.policy import calibration
-from specllama.policy.costs import Costs
+from specllama.policy.costs import Costs, Learnt
 
 
 class TimedFake:
@@ -270,6 +270,27 @@ def test_a_calibration_the_rounds_contradict_is_stale_and_measured_again(tmp_pat
     )
     assert used.source == "measured" and notices == [f"the cached one was stale: {reason}"]
     assert calibration.load(key).verify(1) == pytest.approx(used.costs.verify(1))
+
+
+def test_what_runs_learnt_is_kept_with_the_cached_costs_and_nowhere_else(tmp_path, cache):
+    target, _ = models(tmp_path)
+    key = calibration.calibration_key(target, None, n_threads=2)
+    learnt = Learnt((("model", 0.006, 0.0),), draft_scale=1.5)
+    calibration.save_learnt(key, learnt)  # nothing cached: nothing to keep it with
+    assert calibration.cached_calibrations() == []
+    costs = Costs(verify_s=((1, 0.03), (8, 0.12)))
+    calibration.save(key, costs)
+    calibration.save_learnt(key, learnt)
+    assert calibration.load(key) == Costs(verify_s=costs.verify_s, learnt=learnt)
+    assert "learnt by earlier runs: Python a round (model 6.00 ms), draft steps 1.50x" in (
+        calibration.summary(calibration.load(key))
+    )
+    calibration.mark_stale(key, "the rounds said otherwise")
+    calibration.save_learnt(key, Learnt((("model", 0.001, 0.0),)))
+    [entry] = calibration.cached_calibrations()
+    assert entry["stale"] == "the rounds said otherwise"
+    saved = json.loads(next((cache / "calibration").glob("*.json")).read_text())
+    assert saved["costs"]["learnt"]["overheads"] == {"model": [0.006, 0.0]}
 
 
 def test_rounds_that_agree_or_are_too_few_contradict_nothing():

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from specllama.engine.control import MODEL, NGRAM, PLAIN, kind_of
-from specllama.policy.costs import PIPELINED, Costs, LiveCosts, expected_tokens
+from specllama.policy.costs import PIPELINED, Costs, Learnt, LiveCosts, expected_tokens
 
 COSTS = Costs(
     verify_s=((1, 0.020), (2, 0.021), (4, 0.023), (8, 0.026), (16, 0.032)),
@@ -30,6 +30,42 @@ def test_verify_cost_interpolates_and_extrapolates():
 
 def test_costs_round_trip_through_a_dict():
     assert Costs.from_dict(COSTS.as_dict()) == COSTS
+
+
+def test_what_runs_learnt_round_trips_with_the_costs():
+    learnt = Learnt(((MODEL, 0.006, 0.0001), (PLAIN, 0.0002, 0.0)), draft_scale=1.55)
+    costs = replace(COSTS, learnt=learnt)
+    assert Costs.from_dict(costs.as_dict()) == costs
+
+
+def test_a_run_starts_from_what_the_last_run_learnt_and_moves_off_it():
+    """Python time a round and the draft step's scale, as a run on this machine found them
+    (`Learnt`), are where the next run starts; its own rounds take over within a dozen."""
+    learnt = Learnt(((MODEL, 0.006, 0.0), (NGRAM, 0.004, 0.0)), draft_scale=1.5)
+    live = LiveCosts(replace(COSTS, learnt=learnt))
+    assert live.round(MODEL, 3) == pytest.approx(3 * 0.0045 + COSTS.verify(4) + 0.006, rel=1e-3)
+    assert live.round(NGRAM, 3) == pytest.approx(COSTS.verify(4) + 0.004, rel=1e-3)
+    assert live.plain() == pytest.approx(COSTS.verify(1))  # nothing learnt of plain rounds
+    for _ in range(24):  # this machine now: no Python to speak of, draft steps as timed
+        live.learn(MODEL, 3, 3, 3 * 0.003, COSTS.verify(4), 3 * 0.003 + COSTS.verify(4))
+    assert live.overhead[MODEL](4) < 0.0005
+    assert live.draft_scale == pytest.approx(1.0, rel=0.1)
+
+
+def test_what_a_run_learnt_is_given_once_it_has_seen_enough_rounds():
+    live = LiveCosts(COSTS)
+    assert live.learnt() is None
+    for _ in range(2):
+        live.learn(NGRAM, 3, 0, 0.0, COSTS.verify(4), COSTS.verify(4) + 0.002)
+    assert live.learnt() is None  # two rounds say too little
+    for _ in range(10):
+        live.learn(NGRAM, 3, 0, 0.0, COSTS.verify(4), COSTS.verify(4) + 0.002)
+        live.learn(MODEL, 2, 2, 2 * 0.0045, COSTS.verify(3), 2 * 0.0045 + COSTS.verify(3))
+    learnt = live.learnt()
+    assert learnt is not None
+    [(_, base, per_row)] = [o for o in learnt.overheads if o[0] == NGRAM]
+    assert base + 4 * per_row == pytest.approx(0.002, rel=0.05)
+    assert learnt.draft_scale == pytest.approx(1.5, rel=0.02)
 
 
 def test_kind_of_a_source():
