@@ -411,7 +411,7 @@ class Engine:
 
     def _reviewed(self, events: Iterator[Event]) -> Iterator[Event]:
         """The loop's events; once it is done, its rounds are checked against the cached
-        calibration (`review_calibration`)."""
+        calibration (`review_calibration`), and what they cost besides is kept with it."""
         yield from events
         self.review_calibration()
         self.keep_learnt()

@@ -144,7 +144,7 @@ class Learnt:
     Python time of each kind of round (base + per verified row, seconds) and a draft step in
     the loop over the calibration's. On an H200 a drafting round took 6 ms besides its decodes
     (0.84 of a target token) and a draft step 1.55x the one timed alone; on a 2-core EPYC
-    0.4-0.8 ms and 1.1-1.2x. A run that starts from the last run's figures weighs its first
+    0.3-0.8 ms and 1.2x. A run that starts from the last run's figures weighs its first
     rounds right: a short answer after a long prompt is over before they could be learnt."""
 
     overheads: tuple[tuple[str, float, float], ...] = ()  # (kind, base, per_row)
