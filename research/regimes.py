@@ -102,27 +102,28 @@ def load(files: tuple[str, ...]) -> tuple[list[tuple[str, Trace]], Costs]:
     return traces, costs
 
 
-def learnt_on(traces: list[Trace], machine: MachineCosts) -> Costs:
+def learnt_on(traces: list[Trace], machine: MachineCosts, **options: object) -> Costs:
     """The machine's calibration as runs of `traces`, one after another, leave it: each starts
     from what the one before learnt of its rounds' cost (`costs.Learnt`), as a user's runs do."""
     costs = machine.costs
     for trace in traces:
-        controller = AdaptiveController(costs)
+        controller = AdaptiveController(costs, **options)
         simulate(trace, controller, machine, max_tokens=RECORDED_BUDGET)
         costs = replace(costs, learnt=controller.live.learnt() or costs.learnt)
     return costs
 
 
 def replay_regime(
-    traces: list[Trace], machine: MachineCosts, costs: Costs | None = None
+    traces: list[Trace], machine: MachineCosts, costs: Costs | None = None, **options: object
 ) -> dict[str, dict]:
-    """Per category: the default's (starting from `costs`, default the calibration alone), each
-    fixed configuration's and the oracle's speedups."""
+    """Per category: the default's (starting from `costs`, default the calibration alone; its
+    controller built with `options`), each fixed configuration's and the oracle's speedups."""
     runs: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     start = costs or machine.costs
     for trace in traces:
+        controller = AdaptiveController(start, **options)
         runs["default"][trace.category].append(
-            simulate(trace, AdaptiveController(start), machine, max_tokens=RECORDED_BUDGET).speedup
+            simulate(trace, controller, machine, max_tokens=RECORDED_BUDGET).speedup
         )
         for name, (make, sources) in FIXED.items():
             result = simulate(trace, make(), machine, max_tokens=RECORDED_BUDGET, **sources)
@@ -145,6 +146,18 @@ def replay_regime(
     return table
 
 
+def summary(table: dict[str, dict]) -> str:
+    """One line: the mean over categories of the default / the best fixed, how many categories
+    are at 0.98 of it or more, and the worst prompt."""
+    ratios = [row["default_over_best"] for row in table.values()]
+    worst = min(row["worst_prompt"] for row in table.values())
+    return (
+        f"mean default / best fixed {statistics.mean(ratios):.3f}, "
+        f"{sum(r >= 0.98 for r in ratios)}/{len(ratios)} categories at 0.98 or more, "
+        f"worst prompt {worst:.2f}x"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--split", choices=["tuning", "held-out", "all"], default="held-out")
@@ -155,15 +168,22 @@ def main() -> None:
         help="each answer starts from the calibration alone, as the first run on a machine "
         "(default: from what runs of the tuning prompts learnt of their rounds' cost)",
     )
+    parser.add_argument(
+        "--without-hindsight",
+        action="store_true",
+        help="learn of n-gram lookups only from rounds drafted from them, as before issue 44's "
+        "hindsight (for comparison)",
+    )
     args = parser.parse_args()
+    options = {"hindsight": not args.without_hindsight}
     report = {}
     for label, (files, machine) in REGIMES.items():
         split_traces, costs = load(files)
         machine = machine or MachineCosts(costs)
         traces = [t for split, t in split_traces if args.split in ("all", split)]
         tuning = [t for split, t in split_traces if split == "tuning"]
-        start = machine.costs if args.cold else learnt_on(tuning, machine)
-        table = replay_regime(traces, machine, start)
+        start = machine.costs if args.cold else learnt_on(tuning, machine, **options)
+        table = replay_regime(traces, machine, start, **options)
         report[label] = table
         start_from = "cold" if args.cold else "after runs of the tuning prompts"
         print(f"\n{label}, {args.split} prompts (replayed, {start_from}; medians per category)")
@@ -176,6 +196,7 @@ def main() -> None:
                 f"{row['default_over_best']:.2f} | {row['default_over_oracle']:.2f} | "
                 f"{row['worst_prompt']:.2f}x |"
             )
+        print(summary(table))
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
 

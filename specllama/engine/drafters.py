@@ -68,6 +68,9 @@ class Drafter(Protocol):
     def rewind(self, context: Sequence[int]) -> None:
         """Drop any state past `context` (called when generation stops)."""
 
+    # A drafter with an n-gram source also has `peek(context, n_max) -> list[int]`: what that
+    # source would draft, without drafting it (the loop checks it against what a round emits).
+
 
 class NoDrafter:
     """The target alone, through the same loop: every round drafts nothing."""
@@ -243,6 +246,12 @@ class NgramDrafter:
             self.prediction.drafted(len(context), tokens)
         return Draft(tokens=tokens)
 
+    def peek(self, context: Sequence[int], n_max: int) -> list[int]:
+        """What `propose` would draft, without drafting it (nothing is counted against a
+        prediction): the loop checks it against what the round emits, as free evidence."""
+        found = self._lookup(context) if n_max > 0 else None
+        return found.continuation(n_max) if found is not None else []
+
     def _lookup(self, context: Sequence[int]) -> _Found | None:
         self.index.sync(context)
         self.match = self.index.longest_match()
@@ -322,6 +331,9 @@ class CombinedDrafter:
         return self.model.propose(
             context, n_max, params, min_confidence=min_confidence, stop=stop, constraint=constraint
         )
+
+    def peek(self, context: Sequence[int], n_max: int) -> list[int]:
+        return self.ngram.peek(context, n_max)
 
     @property
     def decode_seconds(self) -> float:

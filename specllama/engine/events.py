@@ -29,6 +29,12 @@ class RoundEvent:
     n_ahead: int = 0
     ahead_s: float = 0.0
     wait_s: float = 0.0
+    # Hindsight: the n-gram source offered but not drafted from ("" when none was), and how
+    # many of the emitted tokens it would have proposed in a row, of the `hindsight_seen` it
+    # could be checked against. Free evidence: a lookup costs nothing to make.
+    hindsight: str = ""
+    hindsight_right: int = 0
+    hindsight_seen: int = 0
 
 
 @dataclass(frozen=True)

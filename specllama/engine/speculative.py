@@ -41,14 +41,22 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from specllama.engine.constraint import Constraint
-from specllama.engine.control import GRAMMAR, MODEL, DraftController, FixedLength, kind_of
+from specllama.engine.control import (
+    GRAMMAR,
+    MODEL,
+    NGRAM,
+    DraftController,
+    FixedLength,
+    SourceOption,
+    kind_of,
+)
 from specllama.engine.drafters import Draft, Drafter, NoDrafter
 from specllama.engine.events import Event, FinishEvent, RoundEvent, TokenEvent
 from specllama.engine.pipeline import DraftAhead
 from specllama.engine.sampling import SamplingParams, draw
 from specllama.engine.stats import GenerationStats
 from specllama.errors import ContextOverflowError, UsageError
-from specllama.llama.backend import LlamaBackend
+from specllama.llama.backend import LlamaBackend, common_prefix_length
 
 
 def verify(
@@ -129,20 +137,23 @@ def generate(
             left = max_tokens - stats.n_generated
             most = max(0, min(left - 1, room, _rollback_limit(target)))
             forced = _forced(constraint, drafter, most)
+            passed_over: tuple[str, list[int]] = ("", [])
             if forced:
                 plan = _Plan(GRAMMAR, len(forced), 0)
             else:
-                source, k = controller.choose(
-                    drafter.sources(context), remaining=left, generated=stats.n_generated
-                )
+                options = drafter.sources(context)
+                source, k = controller.choose(options, remaining=left, generated=stats.n_generated)
                 k = max(0, min(k, most))
                 ahead_max = _ahead_max(controller, source, k, left, room) if pipelining else 0
                 plan = _Plan(source, k, ahead_max)
+                passed_over = _passed_over(drafter, options, plan, context)
             round_ = _round(
                 target, drafter, context, plan, controller, params, ahead, constraint, forced
             )
             wall_s = time.perf_counter() - round_started - (target.waited_seconds - waited)
             event = replace(round_.event, wall_s=wall_s, k=plan.k)
+            if passed_over[0]:
+                event = _in_hindsight(event, *passed_over, round_.new_tokens)
             if forced:
                 stats.n_forced += event.n_accepted
             else:
@@ -171,6 +182,28 @@ def generate(
         stats.target_s = target.decode_seconds - target_s0
         stats.draft_s = drafter.decode_seconds - draft_s0
     yield FinishEvent(reason, stats)
+
+
+def _passed_over(
+    drafter: Drafter, options: Sequence[SourceOption], plan: _Plan, context: list[int]
+) -> tuple[str, list[int]]:
+    """The n-gram source offered but not drafted from this round, and what it would have
+    drafted (as many tokens as the round can emit): a lookup costs nothing to make, so what
+    the round emits tells the controller how it would have done, without a round spent on it.
+    ("", []) when the round drafts from it, or there is none."""
+    if kind_of(plan.source if plan.k else "") == NGRAM or not hasattr(drafter, "peek"):
+        return "", []
+    name = next((name for name, _ in options if kind_of(name) == NGRAM), "")
+    return (name, drafter.peek(context, plan.k + 1)) if name else ("", [])
+
+
+def _in_hindsight(
+    event: RoundEvent, source: str, proposal: list[int], emitted: list[int]
+) -> RoundEvent:
+    """The round's event with how `source`'s `proposal` fared against what it emitted."""
+    seen = min(len(proposal), len(emitted))
+    right = common_prefix_length(proposal[:seen], emitted[:seen])
+    return replace(event, hindsight=source, hindsight_right=right, hindsight_seen=seen)
 
 
 def _forced(constraint: Constraint | None, drafter: Drafter, n_max: int) -> list[int]:

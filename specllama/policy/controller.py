@@ -20,6 +20,13 @@ nothing). Old evidence fades (`memory` per observation), so a source that change
 code) is seen changing. An n-gram source is a lane per match length (`lane_of`); matches under
 `MIN_MATCH` tokens are never drafted from.
 
+A lookup costs nothing to make, so a round that does not draft from the n-gram source offered
+still says how it would have done (`RoundEvent.hindsight`: what it would have proposed, checked
+against what the round emitted), and that counts as a drafted round's evidence would
+(`hindsight`; False: only drafted rounds count, as before). A copy shows itself while the target
+runs alone, a coincidence is seen for one before a verify is spent on it, and a resting lane is
+back as soon as its lookups say it pays.
+
 What rounds cost is learnt as they run (`specllama.policy.costs`), from a calibration that may
 lie: the first round is the target alone, so what every choice is weighed against is seen, and
 no draft is longer than four times the largest batch verified so far (`LiveCosts.draft_limit`).
@@ -265,6 +272,7 @@ class AdaptiveController:
         probe_loss: float = 1.0,
         priors: dict[str, float] | None = None,
         long_copy: int | None = LONG_COPY,
+        hindsight: bool = True,
     ) -> None:
         self.costs = costs
         self.live = LiveCosts(costs)
@@ -289,6 +297,7 @@ class AdaptiveController:
         }
         self.priors = {**PRIORS, **(priors or {})}
         self.long_copy = long_copy  # None: every draft ramps
+        self.hindsight = hindsight  # lookups passed over count as evidence
         self.sources: dict[str, _Source] = {}
         self.round = 0
         self._tables: dict[str, _RateTable] = {}
@@ -371,11 +380,14 @@ class AdaptiveController:
             if _too_short(name):
                 continue
             source = self.source(name)
-            if self.round < source.off_until:
-                continue
             table = self.table(source.kind)
             mean, sd = source.posterior()
             k, rate = self.ngram_length(name, mean) if source.kind == NGRAM else table.at(mean)
+            # A resting n-gram lane is back as soon as what it would have proposed meanwhile
+            # (hindsight) says it pays: its rest spares rounds to learn from, not evidence.
+            resting = self.round < source.off_until
+            if resting and not (source.kind == NGRAM and self.hindsight and rate > worth):
+                continue
             catch_up = 0.0
             if source.kind in STEPPED and backlog > _ROUTINE_BACKLOG:
                 catch_up = self.live.catch_up(backlog - _ROUTINE_BACKLOG)
@@ -466,15 +478,23 @@ class AdaptiveController:
         self._learn_costs(round_)
         copied = kind_of(round_.source) == NGRAM and 0 < round_.n_drafted == round_.n_accepted
         self._copied = self._copied + round_.n_accepted if copied else 0
+        if round_.hindsight and round_.hindsight_seen and self.hindsight:
+            right, seen = round_.hindsight_right, round_.hindsight_seen
+            self._count(self.source(round_.hindsight), right, right < seen, seen)
         if not round_.source:
             return
-        source = self.source(round_.source)
         seen = round_.n_accepted + (round_.n_accepted < round_.n_drafted)
-        fade = self.memory ** max(seen, 1)
-        source.hits = source.hits * fade + round_.n_accepted
         # A draft that was rejected at its first token, or that the draft model did not dare
         # (it stopped at once), is a failure.
-        source.misses = source.misses * fade + (round_.n_accepted < max(round_.n_drafted, 1))
+        failed = round_.n_accepted < max(round_.n_drafted, 1)
+        self._count(self.source(round_.source), round_.n_accepted, failed, seen)
+
+    def _count(self, source: _Source, right: int, failed: bool, seen: int) -> None:
+        """Add a round's evidence on `source`: `right` tokens in a row, then a failure or not,
+        of `seen` tokens checked; older evidence fades by `memory` per token seen."""
+        fade = self.memory ** max(seen, 1)
+        source.hits = source.hits * fade + right
+        source.misses = source.misses * fade + failed
         # It has paid once its own evidence, not the prior, says so.
         mean, _ = source.posterior()
         evidence = source.hits + source.misses >= 3 * source.weight

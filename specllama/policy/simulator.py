@@ -208,6 +208,8 @@ def simulate(
             target_s = machine.verify(drafted + 1)
             event = RoundEvent(drafted, accepted, 0.0, target_s, source if kind else "")
         event = _clocked(replace(event, k=k if kind else 0), machine, bool(kind), rng)
+        if ngram and kind != NGRAM and trace.ngram_match[pos]:
+            event = _in_hindsight(event, trace, pos, n)
         controller.observe(event)
         result.rounds.append(event)
         result.time_s += event.wall_s
@@ -216,6 +218,17 @@ def simulate(
         result.n_accepted += event.n_accepted
         state.pos += event.n_accepted + 1
     return result
+
+
+def _in_hindsight(event: RoundEvent, trace: Trace, pos: int, n: int) -> RoundEvent:
+    """The round with what the n-gram source it did not draft from would have got right of
+    the tokens it emitted (as the loop checks it)."""
+    emitted = min(event.n_accepted + 1, n - pos)
+    seen = min(trace.ngram_offer[pos], emitted)
+    right = min(trace.ngram_run[pos], seen)
+    return replace(
+        event, hindsight=trace.ngram_source(pos), hindsight_right=right, hindsight_seen=seen
+    )
 
 
 @dataclass

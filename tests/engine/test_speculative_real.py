@@ -11,11 +11,13 @@ import pytest
 
 from specllama.chat import Message
 from specllama.engine.control import FixedLength
-from specllama.engine.drafters import DraftModelDrafter, NgramDrafter, NoDrafter
+from specllama.engine.drafters import CombinedDrafter, DraftModelDrafter, NgramDrafter, NoDrafter
 from specllama.engine.events import FinishEvent, RoundEvent, TokenEvent
 from specllama.engine.sampling import SamplingParams
 from specllama.engine.speculative import generate
-from specllama.llama.backend import LlamaBackend
+from specllama.llama.backend import LlamaBackend, common_prefix_length
+from specllama.policy.controller import AdaptiveController
+from specllama.policy.costs import Costs
 from specllama.session import Engine, EngineConfig, prompt_tokens
 
 pytestmark = pytest.mark.slow
@@ -101,6 +103,50 @@ def test_greedy_ngram_output_equals_target_alone(target, prompts, target_alone):
         assert tokens == expected
         n_drafted += sum(drafted * count for (_, drafted, *_), count in rounds.items())
     assert n_drafted > 0
+
+
+def test_a_lookup_passed_over_is_checked_against_what_the_round_emitted(
+    target, smol_draft, prompts, target_alone
+):
+    """Rounds that draft from the draft model, or not at all, say what the n-gram lookup offered
+    would have drafted and how much of it the round emitted; checked here against a fresh
+    lookup of the same text. Verifying is dear on these costs, so most rounds pass it over."""
+    dear = Costs(verify_s=((1, 0.03), (2, 0.06), (4, 0.12), (8, 0.24)), draft_step_s=0.02)
+    checked = right = 0
+    with LlamaBackend(smol_draft, n_ctx=1024) as draft_model:
+        for prompt, expected in zip(prompts, target_alone):
+            drafter = CombinedDrafter(DraftModelDrafter(draft_model))
+            events = list(
+                generate(
+                    target,
+                    drafter,
+                    prompt,
+                    GREEDY,
+                    max_tokens=MAX_TOKENS,
+                    controller=AdaptiveController(dear),
+                )
+            )
+            tokens = [e.token for e in events if isinstance(e, TokenEvent)]
+            assert tokens == expected
+            context = list(prompt)
+            for event in events:
+                if not isinstance(event, RoundEvent):
+                    continue
+                emitted = tokens[len(context) - len(prompt) :][: event.n_accepted + 1]
+                offered = NgramDrafter().sources(context)
+                if offered and not event.source.startswith("ngram"):
+                    assert event.hindsight == offered[0][0]
+                    lookup = NgramDrafter().propose(context, event.k + 1, GREEDY).tokens
+                    seen = min(len(lookup), len(emitted))
+                    if seen == event.n_accepted + 1:  # not cut by the end of the answer
+                        assert event.hindsight_seen == seen
+                        assert event.hindsight_right == common_prefix_length(lookup, emitted)
+                        checked += 1
+                        right += event.hindsight_right
+                else:
+                    assert event.hindsight == ""
+                context += emitted
+    assert checked >= 40 and right >= 10
 
 
 def assert_equals_a_fresh_evaluation(backend, path):

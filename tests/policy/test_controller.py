@@ -473,3 +473,58 @@ def test_ngram_drafter_offers_its_match_length():
     assert drafter.sources([1, 2, 3]) == []
     assert drafter.sources([1, 2, 3, 9, 1, 2, 3]) == [("ngram3", 0)]
     assert drafter.propose([1, 2, 3, 9, 1, 2, 3], 2, SamplingParams(0.0)).tokens == [9, 1]
+
+
+def plain_round(hindsight="", right=0, seen=0):
+    """A round of the target alone on the EPYC, with what an n-gram source passed over would
+    have got right of its one token."""
+    t = CPU_EPYC.verify(1)
+    return RoundEvent(
+        0, 0, 0.0, t, wall_s=t, hindsight=hindsight, hindsight_right=right, hindsight_seen=seen
+    )
+
+
+def test_what_a_passed_over_ngram_source_would_have_drafted_is_evidence():
+    # On the EPYC, a 4-token match's prior (0.75) does not pay a verify batch: it gets a round
+    # to learn from. Lookups seen right while the target ran alone make it pay; seen wrong,
+    # not even that round is spent.
+    lane = "ngram4"
+    told = {}
+    for right in (None, 0, 1):
+        c = AdaptiveController(CPU_EPYC)
+        c.choose([(lane, 0)], remaining=1000)
+        for _ in range(6):
+            c.observe(plain_round() if right is None else plain_round(lane, right, 1))
+        told[right] = c.choose([(lane, 0)], remaining=1000, generated=6)
+    assert told[None] == (lane, 1)
+    assert told[0] == ("", 0)
+    assert told[1][0] == lane and told[1][1] >= 2
+
+
+def test_a_resting_ngram_lane_comes_back_when_its_lookups_turn_right():
+    back = {}
+    for right in (None, 1):
+        c = AdaptiveController(CPU_EPYC)
+        c.choose([("ngram4", 0)], remaining=1000)
+        c.observe(plain_round())
+        lane = c.source("ngram4")
+        lane.hits, lane.misses, lane.pause = 0.0, 4.0, 64  # wrong so far, and a long rest next
+        assert c.choose([("ngram4", 0)], remaining=1000, generated=1) == ("", 0)
+        for generated in range(2, 100):
+            if c.choose([("ngram4", 0)], remaining=1000, generated=generated)[1]:
+                back[right] = c.round
+                break
+            c.observe(plain_round() if right is None else plain_round("ngram4", 1, 1))
+    assert back.get(None, 100) >= 64  # not before its rest is over
+    assert back[1] <= 20
+
+
+def test_the_replay_checks_the_passed_over_lookup_against_the_answer():
+    # Never drafting: every round says how the lookup offered there would have done.
+    n = 12
+    run = (0, 1, 0, 2, 1, 0, 3, 2, 1, 0, 0, 0)
+    trace = Trace((False,) * n, (0.5,) * n, (5,) * n, (3,) * n, run, 32)
+    result, _ = replay(CPU_EPYC, trace, controller=FixedLength(0), draft_model=False)
+    assert [(r.hindsight, r.hindsight_right, r.hindsight_seen) for r in result.rounds] == [
+        ("ngram5", min(x, 1), 1) for x in run
+    ]
