@@ -28,7 +28,7 @@ import numpy as np
 from policies import machine_named
 
 from specllama.engine.lookup import CopyIndex
-from specllama.llama.backend import common_prefix_length
+from specllama.llama.evaluated import common_prefix_length
 from specllama.policy.simulator import MachineCosts
 
 LENGTHS = (2, 4, 8, 12, 16, 24, 32, 48)

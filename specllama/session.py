@@ -39,15 +39,12 @@ from specllama.engine.speculative import generate
 from specllama.errors import ModelLoadError, UsageError
 from specllama.llama import gguf_info, rpc
 from specllama.llama.assistant import AssistantHead
-from specllama.llama.backend import (
-    EvaluatedTokens,
-    LlamaBackend,
-    build_facts,
-    default_threads,
-)
+from specllama.llama.backend import LlamaBackend, default_threads
 from specllama.llama.dflash import DFlashHead
 from specllama.llama.eagle3 import Eagle3Head
+from specllama.llama.evaluated import EvaluatedTokens
 from specllama.llama.grammar import tokenizer_for
+from specllama.llama.library import build_facts
 from specllama.llama.mtp import MtpHead, mtp_support
 from specllama.llama.rpc import DEFAULT_TIMEOUT_S
 from specllama.models.catalog import DRAFTERS

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from specllama.llama.backend import EvaluatedTokens
+from specllama.llama.evaluated import EvaluatedTokens
 
 
 class MarkovBackend(EvaluatedTokens):

@@ -14,7 +14,7 @@ import time
 import pytest
 from signals import ctrl_c_as_from_a_terminal
 
-from specllama.llama.backend import build_facts
+from specllama.llama.library import build_facts
 
 HAS_RPC = build_facts().rpc
 NO_RPC = (

@@ -117,7 +117,7 @@ def test_run_exact_reports_itself_and_writes_the_target_alones_answer(tmp_path: 
 def test_exact_on_an_f32_file_says_at_start_that_it_cannot_hold_there(tmp_path: Path):
     """A build with llamafile's sgemm runs F32/F16 matmuls of 2+ rows through it: said at
     start, never silently."""
-    from specllama.llama.backend import build_facts
+    from specllama.llama.library import build_facts
 
     if "LLAMAFILE = 1" not in build_facts().system_info:
         pytest.skip("this build has no llamafile sgemm: F32 files are exact too")

@@ -175,7 +175,8 @@ def measure(args: argparse.Namespace) -> None:
     from specllama.engine.events import FinishEvent, RoundEvent, TokenEvent
     from specllama.engine.memory import TokenMemory
     from specllama.engine.sampling import SamplingParams
-    from specllama.llama.backend import build_facts, default_threads
+    from specllama.llama.backend import default_threads
+    from specllama.llama.library import build_facts
     from specllama.policy import calibration
     from specllama.session import Engine, EngineConfig
 

@@ -24,7 +24,8 @@ from specllama.engine.drafters import DraftModelDrafter, NoDrafter
 from specllama.engine.events import FinishEvent
 from specllama.engine.sampling import SamplingParams
 from specllama.engine.speculative import generate
-from specllama.llama.backend import LlamaBackend, build_facts
+from specllama.llama.backend import LlamaBackend
+from specllama.llama.library import build_facts
 from specllama.policy.costs import expected_tokens
 
 BATCHES = range(1, 11)

@@ -92,7 +92,7 @@ def _throughput(backend, n_seq: int, depth: int, steps: int, rng) -> dict:
     """S sequences decoding greedily, one token each per step, for `steps` steps."""
     import numpy as np
 
-    from specllama.llama.backend import Part
+    from specllama.llama.evaluated import Part
 
     last = _tokens(rng, n_seq)
     started = time.perf_counter()
@@ -110,7 +110,9 @@ def measure(args: argparse.Namespace) -> int:
     import llama_cpp  # noqa: F401  (before numpy: see the module's doc)
     import numpy as np
 
-    from specllama.llama.backend import LlamaBackend, Part, build_facts
+    from specllama.llama.backend import LlamaBackend
+    from specllama.llama.evaluated import Part
+    from specllama.llama.library import build_facts
 
     began = time.perf_counter()
     facts = build_facts()

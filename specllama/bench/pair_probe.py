@@ -38,7 +38,8 @@ from specllama.engine.drafters import NgramDrafter
 from specllama.engine.events import FinishEvent, RoundEvent
 from specllama.engine.sampling import SamplingParams
 from specllama.errors import UsageError
-from specllama.llama.backend import build_facts, default_threads
+from specllama.llama.backend import default_threads
+from specllama.llama.library import build_facts
 from specllama.paths import cache_dir
 from specllama.policy.costs import Costs
 from specllama.session import Engine, EngineConfig, head_kind

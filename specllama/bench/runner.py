@@ -43,7 +43,9 @@ from specllama.engine.events import FinishEvent, TokenEvent
 from specllama.engine.sampling import SamplingParams
 from specllama.engine.speculative import generate
 from specllama.errors import ConstraintError, SpecllamaError, UsageError
-from specllama.llama.backend import build_facts, common_prefix_length, default_threads
+from specllama.llama.backend import default_threads
+from specllama.llama.evaluated import common_prefix_length
+from specllama.llama.library import build_facts
 from specllama.policy import calibration
 from specllama.policy.controller import AdaptiveController
 from specllama.policy.costs import Costs

@@ -67,9 +67,9 @@ from specllama.engine.speculative import check_prompt_fits
 from specllama.errors import UsageError
 from specllama.llama import amx
 from specllama.llama.assistant import assistant_support
-from specllama.llama.backend import build_facts
 from specllama.llama.dflash import dflash_support
 from specllama.llama.eagle3 import eagle3_support
+from specllama.llama.library import build_facts
 from specllama.llama.mtp import mtp_support
 from specllama.llama.rpc import DEFAULT_PORT, check_workers
 from specllama.models import hub

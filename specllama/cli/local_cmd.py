@@ -17,7 +17,7 @@ from specllama.bench import pair_probe
 from specllama.cli import catalog_view, local_view, ui
 from specllama.engine.control import HEADS
 from specllama.errors import SpecllamaError
-from specllama.llama.backend import build_facts
+from specllama.llama.library import build_facts
 from specllama.models import local, local_dirs, local_pairs
 from specllama.models.catalog import load_catalog
 from specllama.models.hardware import default_gpu_layers, probe_machine

@@ -28,7 +28,7 @@ from specllama.engine.drafters import NoDrafter
 from specllama.errors import ConstraintError, RpcError, SpecllamaError, UsageError
 from specllama.llama import amx, rpc
 from specllama.llama import exact as exact_mode
-from specllama.llama.backend import build_facts
+from specllama.llama.library import build_facts
 from specllama.models import hub
 from specllama.models.catalog import Catalog, ModelRef, Pair, load_catalog, parse_ref
 from specllama.models.hardware import default_gpu_layers, rpc_reinstall_hint

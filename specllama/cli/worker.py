@@ -15,7 +15,7 @@ from rich.console import Console
 
 from specllama.cli import ui
 from specllama.errors import RpcError
-from specllama.llama import backend, rpc
+from specllama.llama import backend, library, rpc
 
 log = logging.getLogger("specllama.cli.worker")
 
@@ -37,7 +37,7 @@ def run(host: str, port: int, *, gpu: bool | None, threads: int | None) -> None:
 
 def serve(host: str, port: int, *, gpu: bool | None, threads: int | None, console: Console) -> None:
     """Serve until interrupted (KeyboardInterrupt); RpcError when it cannot start."""
-    devices = backend.worker_devices(gpu)
+    devices = library.worker_devices(gpu)
     address = rpc.ipv4_of(host)  # ggml's server binds a literal IPv4 address
     endpoint = f"{address}:{port}"
     rpc.check_port_free(address, port)  # ggml's own bind failure would say nothing useful
@@ -50,7 +50,7 @@ def serve(host: str, port: int, *, gpu: bool | None, threads: int | None, consol
     version = _quiet_server_output()
     threads = threads or backend.default_threads()
     server = threading.Thread(
-        target=backend.serve_rpc, args=(endpoint, devices, threads), daemon=True
+        target=library.serve_rpc, args=(endpoint, devices, threads), daemon=True
     )
     server.start()
     if not rpc.wait_listening(endpoint, server.is_alive):

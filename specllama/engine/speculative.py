@@ -56,7 +56,8 @@ from specllama.engine.pipeline import DraftAhead
 from specllama.engine.sampling import SamplingParams, draw
 from specllama.engine.stats import GenerationStats
 from specllama.errors import ContextOverflowError, UsageError
-from specllama.llama.backend import LlamaBackend, common_prefix_length
+from specllama.llama.backend import LlamaBackend
+from specllama.llama.evaluated import common_prefix_length
 
 
 def verify(

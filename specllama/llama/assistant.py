@@ -32,8 +32,9 @@ from pathlib import Path
 import numpy as np
 
 from specllama.errors import ModelLoadError, SpecllamaError, UsageError
-from specllama.llama.backend import LlamaBackend, _llama, fill_batch
+from specllama.llama.backend import LlamaBackend, fill_batch
 from specllama.llama.head_file import model_meta
+from specllama.llama.library import load_llama
 from specllama.llama.mtp import HiddenRows, mtp_support
 
 ARCHITECTURE = "gemma4-assistant"
@@ -49,7 +50,7 @@ def assistant_support() -> str | None:
     reason = mtp_support()
     if reason is not None:
         return reason.replace("MTP heads", _HEADS)
-    lib = _llama()
+    lib = load_llama()
     from llama_cpp import llama_cpp_ext
 
     missing = [n for n in ("llama_get_ctx_other",) if not hasattr(llama_cpp_ext, n)]
@@ -109,7 +110,7 @@ def _kv_shape(model, architecture: str) -> tuple[int, int | None, int | None]:
         value = model_meta(model, f"{architecture}.attention.{key}")
         return int(value) if value is not None and value.isdigit() else None
 
-    return _llama().llama_model_n_head_kv(model), size("key_length"), size("key_length_swa")
+    return load_llama().llama_model_n_head_kv(model), size("key_length"), size("key_length_swa")
 
 
 class AssistantHead:
@@ -125,7 +126,7 @@ class AssistantHead:
         reason = assistant_support()
         if reason is not None:
             raise UsageError(reason, hint="--drafter ngram or model; upgrade llama-cpp-python")
-        lib = _llama()
+        lib = load_llama()
         from llama_cpp import llama_cpp_ext
 
         self._lib, self._ext, self.target = lib, llama_cpp_ext, target

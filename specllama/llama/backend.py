@@ -1,165 +1,39 @@
 """One llama.cpp model + context, through llama-cpp-python's low-level API.
 
-The only module that imports `llama_cpp`. Everything above it sees token ids and numpy arrays.
+Everything above `specllama.llama` sees token ids and numpy arrays. The library itself (loaded
+once, what the build can do, RPC devices) is `specllama.llama.library`; the record of what a
+context has evaluated, `EvaluatedTokens`, is `specllama.llama.evaluated`.
 
-Bookkeeping lives here, in one place: `self.tokens` is exactly what the context has evaluated
-(sequence 0, positions 0..n_past-1). `decode` appends, `rollback` truncates, `sync` brings the
-context to any token sequence by keeping the common prefix and evaluating the rest. Logits are
-requested only at the batch positions that need them (no `logits_all` score buffer).
+`self.tokens` is exactly what the context has evaluated (sequence 0, positions 0..n_past-1).
+`decode` appends, `rollback` truncates, `sync` brings the context to any token sequence by
+keeping the common prefix and evaluating the rest. Logits are requested only at the batch
+positions that need them (no `logits_all` score buffer).
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
-import logging
-import os
-import sys
 import time
-from collections import deque
 from collections.abc import Callable, Container, Sequence
-from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 
 import numpy as np
 import psutil
 
-from specllama.errors import ContextOverflowError, ModelLoadError, RpcError
-from specllama.llama import amx, ggml_rpc, rpc
+from specllama.errors import ContextOverflowError, ModelLoadError
+from specllama.llama import amx, rpc
 from specllama.llama import exact as exact_mode
+from specllama.llama.evaluated import (
+    EvaluatedTokens,
+    Part,
+    SavedState,
+)
 from specllama.llama.gguf_info import read_header
+from specllama.llama.library import build_facts, load_llama, rpc_devices
 from specllama.llama.vocab import VocabInfo
 
-log = logging.getLogger("specllama.llama_cpp")
-
 _GGUF_MAGIC = b"GGUF"
-_LOG_LEVELS = {1: logging.INFO, 2: logging.WARNING, 3: logging.ERROR, 4: logging.DEBUG}
-# llama.cpp's and ggml's last log lines: what an abort message alone does not say (the RPC
-# client logs "RPC server version mismatch: 6.0.0", then aborts with "handshake failed").
-_recent_log: deque[str] = deque(maxlen=8)
-
-
-@cache
-def _llama():
-    """Import llama_cpp once, and route its log lines to Python logging (debug level)."""
-    import llama_cpp
-
-    @llama_cpp.llama_log_callback
-    def to_logging(level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
-        _recent_log.append(text.decode("utf-8", "replace").strip())
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug(_recent_log[-1])
-
-    llama_cpp.llama_log_set(to_logging, ctypes.c_void_p(0))
-    _llama.callback = to_logging  # keep the ctypes callback alive
-    llama_cpp.llama_backend_init()
-    return llama_cpp
-
-
-@dataclass(frozen=True)
-class BuildFacts:
-    """What this llama.cpp build can do."""
-
-    version: str
-    gpu_offload: bool  # a local GPU: RPC workers do not count
-    system_info: str
-    library: str = ""  # the libllama file loaded (a rebuild changes its size and time)
-    rpc: bool = False  # built with ggml's RPC backend (-DGGML_RPC=ON): --rpc and `worker`
-
-    @property
-    def build_id(self) -> dict[str, object]:
-        """What tells this build from another, for caches of what was learnt about it."""
-        try:
-            st = os.stat(self.library)
-            file_id: list[object] = [self.library, st.st_size, st.st_mtime_ns]
-        except OSError:
-            file_id = [self.library]
-        return {"version": self.version, "system_info": self.system_info, "library": file_id}
-
-
-@cache
-def build_facts() -> BuildFacts:
-    llama_cpp = _llama()
-    has_rpc = bool(llama_cpp.llama_supports_rpc())
-    # llama_supports_gpu_offload() says yes for any build with RPC (workers count as GPUs):
-    # with RPC, ask ggml for a local GPU instead.
-    gpu_offload = bool(llama_cpp.llama_supports_gpu_offload())
-    if gpu_offload and has_rpc:
-        gpu_offload = bool(_local_gpus())
-    return BuildFacts(
-        version=llama_cpp.__version__,
-        gpu_offload=gpu_offload,
-        system_info=llama_cpp.llama_print_system_info().decode("utf-8", "replace").strip(),
-        library=str(getattr(llama_cpp.llama_cpp._lib, "_name", "")),
-        rpc=has_rpc,
-    )
-
-
-# -- ggml: devices, RPC workers, and the abort that an RPC failure ends in ---------------------
-
-
-@cache
-def _ggml() -> ggml_rpc.Ggml:
-    """ggml's own functions, from the libraries llama_cpp loaded."""
-    return ggml_rpc.Ggml(Path(_llama().llama_cpp._lib._name).parent)
-
-
-def _local_gpus() -> list[ggml_rpc.Device]:
-    kinds = (ggml_rpc.DEVICE_GPU, ggml_rpc.DEVICE_IGPU)
-    return [d for d in _ggml().local_devices() if d.kind in kinds]
-
-
-_rpc_endpoints: list[str] = []  # the workers this process uses, named when one is lost
-
-
-@ggml_rpc.ABORT_CALLBACK
-def _on_abort(message: bytes) -> None:
-    """ggml is about to abort(): an RPC failure becomes one line and exit 1; anything else
-    (a bug) is printed and aborts as before."""
-    text = (message or b"").decode("utf-8", "replace").strip()
-    if "ggml-rpc" not in text or os.environ.get("SPECLLAMA_DEBUG") == "1":
-        sys.stderr.write(text + "\n")
-        return
-    rpc.fatal(rpc.describe_abort(text, list(_recent_log), _rpc_endpoints, build_facts().version))
-
-
-def _check_rpc() -> None:
-    if not build_facts().rpc:
-        raise RpcError(
-            "this llama-cpp-python was built without RPC",
-            hint="`specllama doctor` shows the reinstall that adds it",
-        )
-
-
-def _rpc_devices(endpoints: Sequence[str]) -> list[int]:
-    """The target's devices with --rpc: every worker's, then this machine's GPUs (llama.cpp's
-    order: the workers first, to keep the transfers down); the CPU takes what is left."""
-    _check_rpc()
-    if not _rpc_endpoints:
-        _ggml().set_abort_callback(_on_abort)
-    _rpc_endpoints.extend(e for e in endpoints if e not in _rpc_endpoints)
-    remote = [handle for endpoint in endpoints for handle in _ggml().add_server(endpoint)]
-    return remote + [d.handle for d in _local_gpus()]
-
-
-def worker_devices(gpu: bool | None) -> list[ggml_rpc.Device]:
-    """What `specllama worker` serves: this machine's GPUs (gpu None: when it has any), or its
-    CPU (gpu False, or None without a GPU)."""
-    _check_rpc()
-    gpus = _local_gpus() if gpu is not False else []
-    if gpu and not gpus:
-        raise RpcError("this machine has no GPU this llama.cpp build can use", hint="--cpu")
-    if gpus:
-        return gpus
-    return [d for d in _ggml().local_devices() if d.kind == ggml_rpc.DEVICE_CPU][:1]
-
-
-def serve_rpc(endpoint: str, devices: Sequence[ggml_rpc.Device], threads: int) -> None:
-    """ggml's RPC server on `endpoint` (IPv4:port); returns only if it cannot listen."""
-    _ggml().start_server(endpoint, list(devices), threads)
-
-
 # Snapshots of a recurrent state kept for rollback: a verify batch of a hybrid target may
 # drop this many rejected drafts, so drafts for such a target are at most this long.
 DEFAULT_ROLLBACK_DEPTH = 16
@@ -191,16 +65,6 @@ def fill_batch(
     batch.n_tokens = offset + len(tokens)
 
 
-@dataclass(frozen=True)
-class Part:
-    """One sequence's share of a batch shared by several (`LlamaBackend.decode_parts`)."""
-
-    seq: int
-    first_pos: int
-    tokens: Sequence[int]
-    logits_at: Sequence[int]  # sorted indices into `tokens`
-
-
 def default_threads() -> int:
     """Physical cores: llama-cpp-python's default (half the logical CPUs) halves speed on
     small machines. Draft and target run in turn, so both may use all of them."""
@@ -215,89 +79,6 @@ def _check_gguf(path: Path) -> None:
             raise ModelLoadError(
                 f"{path} is not a GGUF file", hint="specllama runs llama.cpp models (.gguf)"
             )
-
-
-@dataclass(frozen=True)
-class SavedState:
-    """A context's evaluated tokens and its KV cache's bytes (llama.cpp's sequence state)."""
-
-    tokens: tuple[int, ...]
-    data: ctypes.Array
-    size: int  # bytes of `data` written
-
-
-def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
-    """How many leading tokens `a` and `b` share."""
-    n = 0
-    for mine, theirs in zip(a, b):
-        if mine != theirs:
-            break
-        n += 1
-    return n
-
-
-class EvaluatedTokens:
-    """The record of what a context has evaluated, and how to bring it to any sequence.
-
-    A subclass provides `decode(tokens, logits_at)`, which appends to `self.tokens`, and
-    `_forget(n_past)`, which drops its cache after the first n_past tokens. (The tests' fake
-    backend shares this bookkeeping with the real one.)
-    """
-
-    tokens: list[int]
-    # How many tokens a rollback may drop right after a decode (None: any number).
-    max_rollback: int | None = None
-    # Time its decodes spent on other sequences' tokens, in a step shared with them (a
-    # server's slots): part of a round's wall time, but not what the round cost.
-    waited_seconds: float = 0.0
-
-    def decode(
-        self, tokens: Sequence[int], logits_at: Sequence[int] = (), *, copy: bool = True
-    ) -> np.ndarray:
-        raise NotImplementedError
-
-    def _forget(self, n_past: int) -> None:
-        raise NotImplementedError
-
-    @property
-    def n_past(self) -> int:
-        return len(self.tokens)
-
-    def rollback(self, n_past: int) -> None:
-        """Forget everything after the first `n_past` tokens."""
-        if n_past < self.n_past:
-            self._forget(n_past)
-            del self.tokens[n_past:]
-
-    def common_prefix(self, tokens: Sequence[int]) -> int:
-        evaluated = self.tokens
-        if len(evaluated) <= len(tokens) and list(tokens[: len(evaluated)]) == evaluated:
-            return len(evaluated)  # the usual case, compared at C speed
-        return common_prefix_length(evaluated, tokens)
-
-    def sync(self, tokens: Sequence[int], logits_at_last: bool = False) -> np.ndarray | None:
-        """Make the context hold exactly `tokens`, reusing the common prefix.
-
-        With `logits_at_last`, returns the logits after the last token (re-evaluating it if it
-        was already in the cache, since llama.cpp keeps no logits for old positions), as a view
-        valid until the next decode.
-        """
-        keep = self.common_prefix(tokens)
-        if logits_at_last and keep == len(tokens):
-            keep -= 1
-        self.rollback(keep)
-        rest = list(tokens[keep:])
-        if not logits_at_last:
-            self.decode(rest)
-            self.checkpoint()
-            return None
-        logits = self.decode(rest, [len(rest) - 1], copy=False)[0]
-        self.checkpoint()
-        return logits
-
-    def checkpoint(self) -> None:
-        """Remember the state here, where a rollback cannot reach back on its own (recurrent
-        models); a no-op for a KV cache."""
 
 
 class LlamaBackend(EvaluatedTokens):
@@ -348,7 +129,7 @@ class LlamaBackend(EvaluatedTokens):
     ) -> None:
         self.path = Path(path)
         _check_gguf(self.path)
-        llama_cpp = _llama()
+        llama_cpp = load_llama()
         self._lib = llama_cpp
         self.batch_invariant = batch_invariant
         if batch_invariant:  # before any load: ggml reads the tiled switch once per process
@@ -374,7 +155,7 @@ class LlamaBackend(EvaluatedTokens):
                 rpc_timeout_s, lambda: rpc.fatal(rpc.timeout_error(self.workers, rpc_timeout_s))
             )
             with self._watchdog.armed():
-                handles = _rpc_devices(self.workers)
+                handles = rpc_devices(self.workers)
             # NULL-terminated; kept alive with the model. Loading feeds the watchdog as weights
             # reach the workers, so a slow network is not a hung one.
             self._devices = (ctypes.c_void_p * (len(handles) + 1))(*handles, None)

@@ -1,9 +1,9 @@
 """ctypes bindings to ggml's device list and RPC backend, which llama-cpp-python does not bind.
 
-Only backend.py uses this module in-process (it is the one place that touches llama.cpp). The
-other user is a child process: `python -m specllama.llama.ggml_rpc probe HOST:PORT...`, started by
-`specllama.llama.rpc` to look at the workers before the real client connects. ggml aborts the whole
-process on any RPC failure (GGML_ABORT in ggml-rpc.cpp: a refused connection, a refused
+In-process only `specllama.llama.library` uses this module. The other user is a child
+process: `python -m specllama.llama.ggml_rpc probe HOST:PORT...`, started by
+`specllama.llama.rpc` to look at the workers before the real client connects. ggml aborts the
+whole process on any RPC failure (GGML_ABORT in ggml-rpc.cpp: a refused connection, a refused
 handshake, a connection lost mid-answer), so the first contact is made where dying is harmless.
 """
 
@@ -130,7 +130,7 @@ class Ggml:
 
     def local_devices(self) -> list[Device]:
         """Every device registered in this process: the CPU, GPUs, accelerators. RPC workers
-        are never registered here (backend.py hands them to the target model only)."""
+        are never registered here (library.py hands them to the target model only)."""
         count = self._fn("ggml_backend_dev_count")()
         return [self.describe(self._fn("ggml_backend_dev_get")(i)) for i in range(count)]
 

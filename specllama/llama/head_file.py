@@ -21,7 +21,9 @@ from types import SimpleNamespace
 import numpy as np
 
 from specllama.errors import ModelLoadError, SpecllamaError, UsageError
-from specllama.llama.backend import EvaluatedTokens, LlamaBackend, _llama
+from specllama.llama.backend import LlamaBackend
+from specllama.llama.evaluated import EvaluatedTokens
+from specllama.llama.library import load_llama
 from specllama.llama.mtp import HiddenRows, mtp_support
 
 # (name, mangled name (Itanium ABI)); ctypes types set in `staging_calls`, where llama_cpp is
@@ -38,7 +40,7 @@ _STAGING = (
 def staging_calls(heads: str) -> SimpleNamespace | str:
     """The staging calls (and llama_cpp_ext as `ext`), or what is missing, in one line that
     says these `heads` ("EAGLE-3 heads") cannot run."""
-    lib = _llama()
+    lib = load_llama()
     reason = mtp_support()  # the nextn calls, ctx_type and ctx_other: shared with MTP
     if reason is not None:
         return reason.replace("MTP heads", heads)
@@ -71,7 +73,7 @@ def staging_calls(heads: str) -> SimpleNamespace | str:
 def model_meta(model, key: str) -> str | None:
     """A GGUF metadata value of a loaded model, as text (None when the file has none)."""
     buffer = ctypes.create_string_buffer(256)
-    if _llama().llama_model_meta_val_str(model, key.encode(), buffer, len(buffer)) < 0:
+    if load_llama().llama_model_meta_val_str(model, key.encode(), buffer, len(buffer)) < 0:
         return None
     return buffer.value.decode(errors="replace")
 
@@ -94,7 +96,7 @@ class LayerInputs:
 
     def __init__(self, target: LlamaBackend, layer_ids: Sequence[int], calls: SimpleNamespace):
         self.target, self.layer_ids, self._calls = target, list(layer_ids), calls
-        self.n_embd = _llama().llama_model_n_embd(target._model)
+        self.n_embd = load_llama().llama_model_n_embd(target._model)
         self.width = len(self.layer_ids) * self.n_embd
         self.rows = HiddenRows(self.width)
         for layer in self.layer_ids:
@@ -147,7 +149,7 @@ class HeadFile(EvaluatedTokens):
         bound = staging_calls(self.heads)
         if isinstance(bound, str):
             raise UsageError(bound, hint="--drafter ngram or model; upgrade llama-cpp-python")
-        lib = _llama()
+        lib = load_llama()
         self._lib, self._calls, self._ext, self.target = lib, bound, bound.ext, target
         self.path = Path(path)
         model_params = lib.llama_model_default_params()

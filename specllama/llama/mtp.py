@@ -22,13 +22,9 @@ from functools import cache
 import numpy as np
 
 from specllama.errors import ModelLoadError, SpecllamaError, UsageError
-from specllama.llama.backend import (
-    EvaluatedTokens,
-    LlamaBackend,
-    _has_field,
-    _llama,
-    fill_batch,
-)
+from specllama.llama.backend import LlamaBackend, _has_field, fill_batch
+from specllama.llama.evaluated import EvaluatedTokens
+from specllama.llama.library import load_llama
 
 _ROWS_KEPT_BEHIND = 64
 _EXT_FUNCTIONS = (
@@ -41,7 +37,7 @@ _EXT_FUNCTIONS = (
 @cache
 def mtp_support() -> str | None:
     """None when this llama-cpp-python can run MTP heads, else what it lacks (one line)."""
-    llama_cpp = _llama()
+    llama_cpp = load_llama()
     try:
         from llama_cpp import llama_cpp_ext
     except (ImportError, AttributeError) as e:  # AttributeError: a symbol the module binds
@@ -120,7 +116,7 @@ class MtpHead(EvaluatedTokens):
         reason = mtp_support()
         if reason is not None:
             raise UsageError(reason, hint="--drafter ngram or model; upgrade llama-cpp-python")
-        lib, ext = _llama(), _ext()
+        lib, ext = load_llama(), _ext()
         if lib.llama_model_n_layer_nextn(target._model) <= 0:
             raise UsageError(f"{target.path.name} has no MTP layers (its own draft head)")
         self._lib, self._ext, self.target = lib, ext, target

@@ -3,7 +3,7 @@ connects, what a failure means in one line, and a watchdog so that nothing waits
 
 No llama.cpp here: the first look runs `python -m specllama.llama.ggml_rpc probe` in a child
 process, because ggml aborts the process that meets a failing worker (ggml-rpc.cpp,
-GGML_ABORT); what happens later, in the process that generates, backend.py turns into an
+GGML_ABORT); what happens later, in the process that generates, library.py turns into an
 RpcError through the same `describe_abort`.
 """
 

@@ -30,7 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from specllama.llama.backend import EvaluatedTokens, LlamaBackend, Part, SavedState
+from specllama.llama.backend import LlamaBackend
+from specllama.llama.evaluated import EvaluatedTokens, Part, SavedState
 
 
 @dataclass

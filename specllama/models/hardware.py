@@ -1,7 +1,7 @@
 """This machine: RAM and cores (psutil), GPU memory where it can be known, and fit checks.
 
-What the llama.cpp build can do (GPU offload, version) comes from `backend.build_facts()`, passed
-in as `build` (any object with `.version`, `.gpu_offload`, `.system_info`), so that only backend.py
+What the llama.cpp build can do (GPU offload, version) comes from `library.build_facts()`, passed
+in as `build` (any object with `.version`, `.gpu_offload`, `.system_info`), so that only llama/
 imports llama_cpp and everything here is testable with a stand-in.
 """
 

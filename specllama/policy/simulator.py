@@ -33,7 +33,8 @@ from specllama.engine.drafters import NgramDrafter, NoDrafter
 from specllama.engine.events import RoundEvent, TokenEvent
 from specllama.engine.sampling import SamplingParams, argmax, top_probability
 from specllama.engine.speculative import generate
-from specllama.llama.backend import LlamaBackend, common_prefix_length
+from specllama.llama.backend import LlamaBackend
+from specllama.llama.evaluated import common_prefix_length
 from specllama.policy.costs import Costs, side_by_side
 
 

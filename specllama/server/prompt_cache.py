@@ -23,7 +23,7 @@ import logging
 import threading
 from dataclasses import dataclass
 
-from specllama.llama.backend import SavedState, common_prefix_length
+from specllama.llama.evaluated import SavedState, common_prefix_length
 from specllama.session import Engine
 
 log = logging.getLogger("specllama.server.app")

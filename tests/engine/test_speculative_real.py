@@ -15,7 +15,8 @@ from specllama.engine.drafters import CombinedDrafter, DraftModelDrafter, NgramD
 from specllama.engine.events import FinishEvent, RoundEvent, TokenEvent
 from specllama.engine.sampling import SamplingParams
 from specllama.engine.speculative import generate
-from specllama.llama.backend import LlamaBackend, common_prefix_length
+from specllama.llama.backend import LlamaBackend
+from specllama.llama.evaluated import common_prefix_length
 from specllama.policy.controller import AdaptiveController
 from specllama.policy.costs import Costs
 from specllama.session import Engine, EngineConfig, prompt_tokens

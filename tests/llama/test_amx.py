@@ -13,7 +13,8 @@ import pytest
 from specllama.errors import UsageError
 from specllama.llama import amx
 from specllama.llama.amx import CRASHES, INCONCLUSIVE, WORKS, Cpu, ProbeResult
-from specllama.llama.backend import LlamaBackend, build_facts
+from specllama.llama.backend import LlamaBackend
+from specllama.llama.library import build_facts
 
 AMX_FLAGS = frozenset(
     {

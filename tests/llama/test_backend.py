@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from specllama.errors import ContextOverflowError, ModelLoadError
-from specllama.llama.backend import LlamaBackend, build_facts, common_prefix_length
+from specllama.llama.backend import LlamaBackend
 
 pytestmark = pytest.mark.slow
 
@@ -120,16 +120,3 @@ def test_truncated_gguf_is_refused_without_crashing(tmp_path, smol_q4):
     broken.write_bytes(smol_q4.read_bytes()[:4096])
     with pytest.raises(ModelLoadError):
         LlamaBackend(broken)
-
-
-def test_build_facts():
-    facts = build_facts()
-    assert facts.version.count(".") == 2
-    assert isinstance(facts.gpu_offload, bool)
-
-
-def test_common_prefix_length_counts_the_leading_tokens_both_share():
-    assert common_prefix_length([1, 2, 3, 4], [1, 2, 9, 4]) == 2
-    assert common_prefix_length([1, 2], [1, 2, 3]) == 2
-    assert common_prefix_length([], [1]) == 0
-    assert common_prefix_length([5], [6]) == 0

@@ -180,8 +180,8 @@ def test_an_rpc_abort_in_this_process_is_one_line_and_exit_1() -> None:
     second copy of it) makes that one line and exit code 1."""
     port = rpc_workers.free_port()
     code = (
-        "from specllama.llama import backend\n"
-        f"backend._rpc_devices(['127.0.0.1:{port}'])\n"
+        "from specllama.llama import library\n"
+        f"library.rpc_devices(['127.0.0.1:{port}'])\n"
         "print('not reached')\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

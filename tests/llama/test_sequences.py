@@ -9,7 +9,8 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from specllama.llama.backend import LlamaBackend, Part
+from specllama.llama.backend import LlamaBackend
+from specllama.llama.evaluated import Part
 from specllama.llama.sequences import (
     SequenceView,
     StepCosts,

@@ -19,7 +19,7 @@ import pytest
 from fakes import MarkovBackend
 from serving import Server, run_target_alone, serve
 
-from specllama.llama.backend import SavedState
+from specllama.llama.evaluated import SavedState
 from specllama.server.prompt_cache import MIN_TOKENS, PromptCache
 
 BYTES_PER_TOKEN = 8
