@@ -14,6 +14,20 @@ import typer
 from specllama.chat import Message
 from specllama.cli import bench_cmd, catalog_view, local_cmd, serve_cmd, ui
 from specllama.cli.catalog_view import download_progress
+from specllama.cli.inputs import (
+    check_max_tokens,
+    compile_rule,
+    constraint_spec,
+    read_prediction,
+    read_prompt,
+)
+from specllama.cli.loading import (
+    calibrate_with_notice,
+    check_rpc_build,
+    engine_config,
+    fetch_model,
+    workers_option,
+)
 from specllama.cli.options import (
     Adaptive,
     AddDirs,
@@ -49,17 +63,7 @@ from specllama.cli.options import (
     Threads,
     TopK,
     TopP,
-    calibrate_with_notice,
-    check_max_tokens,
-    check_rpc_build,
-    compile_rule,
-    constraint_spec,
-    engine_config,
-    fetch_model,
     friendly_errors,
-    read_prediction,
-    read_prompt,
-    workers_option,
 )
 from specllama.engine.events import FinishEvent, TokenEvent
 from specllama.engine.sampling import SamplingParams

@@ -14,6 +14,8 @@ from rich.markup import escape
 from typer.core import TyperCommand
 
 from specllama.cli import ui
+from specllama.cli.inputs import check_max_tokens
+from specllama.cli.loading import calibrate_with_notice, engine_config
 from specllama.cli.options import (
     Adaptive,
     BenchMaxTokens,
@@ -40,9 +42,6 @@ from specllama.cli.options import (
     TopK,
     TopP,
     VsLlamaCpp,
-    calibrate_with_notice,
-    check_max_tokens,
-    engine_config,
 )
 from specllama.engine.sampling import SamplingParams
 from specllama.errors import UsageError

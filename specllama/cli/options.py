@@ -1,5 +1,6 @@
-"""What the commands share: option aliases, the one place errors become one line, reading the
-prompt, and turning model options into an EngineConfig (downloading models when needed).
+"""What the commands share: option aliases, and the one place errors become one line. What a
+command reads besides its options is `specllama.cli.inputs`; how model options become an
+engine, `specllama.cli.loading`.
 
 Every SpecllamaError is caught in `friendly_errors` and printed as one line; SPECLLAMA_DEBUG=1
 lets the traceback through instead.
@@ -9,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import os
 import sys
 from collections.abc import Callable
@@ -17,33 +17,12 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
-from rich.markup import escape
 
-from specllama.cli import catalog_view, ui
-from specllama.cli.catalog_view import ProgressFor, download_progress
-from specllama.cli.local_cmd import auto_draft
-from specllama.engine.constraint import ConstraintSpec, Grammar
-from specllama.engine.control import HEADS
-from specllama.engine.drafters import NoDrafter
-from specllama.errors import ConstraintError, RpcError, SpecllamaError, UsageError
+from specllama.cli import ui
+from specllama.errors import SpecllamaError
 from specllama.llama import amx, rpc
-from specllama.llama import exact as exact_mode
-from specllama.llama.library import build_facts
-from specllama.models import hub
-from specllama.models.catalog import Catalog, ModelRef, Pair, load_catalog, parse_ref
-from specllama.models.hardware import default_gpu_layers, rpc_reinstall_hint
-from specllama.session import (
-    ADAPTIVE_DRAFT_MAX,
-    Engine,
-    EngineConfig,
-    check_draft_max,
-    check_drafter,
-    default_drafter,
-    mtp_problem,
-)
 
 F = TypeVar("F", bound=Callable[..., Any])
-DRAFT_AUTO = "auto"
 
 
 def friendly_errors(command: F) -> F:
@@ -233,253 +212,6 @@ PredictionFile = Annotated[
         "stays the model's; --json says how much of it was kept.",
     ),
 ]
-
-
-def read_prediction(path: Path | None) -> str | None:
-    """--prediction FILE's text (None: no prediction), or one usage line."""
-    return None if path is None else _read_text_file(path, "--prediction")
-
-
-def constraint_spec(json_schema: Path | None, grammar: Path | None) -> ConstraintSpec | None:
-    """--json-schema FILE or --grammar FILE -> what every answer must be (None: free text).
-    The files are read and the schema parsed here, before any model loads; whether it
-    compiles is the engine's to say (`Engine.compile_constraint`)."""
-    if json_schema is not None and grammar is not None:
-        raise UsageError("--json-schema and --grammar exclude each other: pick one")
-    if json_schema is not None:
-        text = _read_text_file(json_schema, "--json-schema")
-        try:
-            schema = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise UsageError(
-                f"--json-schema {json_schema} is not JSON: {exc.msg} (line {exc.lineno}, "
-                f"column {exc.colno})"
-            ) from None
-        if not isinstance(schema, dict | bool):
-            raise UsageError(
-                f"--json-schema {json_schema} is not a JSON Schema: it holds a JSON "
-                f"{type(schema).__name__}, not an object"
-            )
-        return ConstraintSpec.json_schema(schema)
-    if grammar is not None:
-        text = _read_text_file(grammar, "--grammar")
-        kind = "lark" if grammar.suffix.lower() == ".lark" else "gbnf"
-        return ConstraintSpec(kind, text)
-    return None
-
-
-def compile_rule(engine: Engine, spec: ConstraintSpec | None) -> Grammar | None:
-    """`spec` compiled for the loaded target (None: free text). llguidance's compile errors
-    carry a dump of the grammar under their first line; the first line says what is wrong."""
-    if spec is None:
-        return None
-    try:
-        return engine.compile_constraint(spec)
-    except ConstraintError as exc:
-        first = str(exc).splitlines()[0].rstrip()
-        raise ConstraintError(first, hint=exc.hint) from None
-
-
-def _read_text_file(path: Path, option: str) -> str:
-    """A text file an option names, or one usage line saying what is wrong with it."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UsageError(f"{option} {path}: no such file") from None
-    except IsADirectoryError:
-        raise UsageError(f"{option} {path} is a folder, not a file") from None
-    except UnicodeDecodeError as exc:
-        raise UsageError(f"{option} {path} is not UTF-8 text (byte {exc.start})") from None
-    except OSError as exc:
-        raise UsageError(f"{option} {path} cannot be read: {exc.strerror}") from None
-    if not text.strip():
-        raise UsageError(f"{option} {path} is empty")
-    return text
-
-
-def resolve_models(
-    pair: str | None, target: str | None, draft: str | None
-) -> tuple[Path, Path | None, Pair | None]:
-    """--pair, or --target/--draft REFs, or the default pair -> local files (downloaded if
-    needed, with progress on stderr); no draft yet for --draft auto (`engine_config`)."""
-    if pair is not None and (target or draft):
-        raise UsageError("use either --pair or --target/--draft, not both")
-    catalog = load_catalog()
-    console = ui.stderr_console()
-
-    notice = catalog_view.notice_printer(console)
-    with download_progress(console) as progress_for:
-        if target is None:
-            if draft is not None:
-                raise UsageError("--draft needs a --target")
-            target_path, draft_path, chosen = hub.resolve_pair(
-                catalog, pair, progress_for=progress_for, notice=notice
-            )
-            return target_path, draft_path, chosen
-        auto = draft == DRAFT_AUTO
-        paths = [
-            fetch_model(ref, catalog, progress_for, notice) if ref else None
-            for ref in (target, None if auto else draft)
-        ]
-    return paths[0], paths[1], None
-
-
-def fetch_model(
-    ref: str | ModelRef | Path, catalog: Catalog, progress_for: ProgressFor, notice: hub.Notice
-) -> Path:
-    model = parse_ref(ref, catalog) if isinstance(ref, str) else ref
-    if isinstance(model, Path):
-        return model
-    return hub.ensure_model(model, progress=progress_for(model), notice=notice)
-
-
-def engine_config(
-    *,
-    pair: str | None,
-    target: str | None,
-    draft: str | None,
-    drafter: str | None,
-    draft_max: int | None,
-    ctx: int,
-    gpu_layers: int | None,
-    gpu_layers_draft: int | None,
-    threads: int | None,
-    extra_buffers: str | None = None,
-    adaptive: bool = True,
-    rpc_workers: str | None = None,
-    remember: Path | None = None,
-    n_seq: int | None = 1,
-    exact: bool = False,
-) -> EngineConfig:
-    """The command-line model options -> what the Engine loads (validated before any download)."""
-    if drafter is not None:
-        check_drafter(drafter)
-    if draft_max is not None:
-        check_draft_max(draft_max)
-    buffers = amx.setting_from(extra_buffers)
-    if exact:
-        if buffers == "on":
-            raise UsageError(
-                f"--exact loads the models without extra buffers: --extra-buffers on (or "
-                f"{amx.ENV_VAR}=on) contradicts it",
-                hint="leave it out: --exact turns them off",
-            )
-        # For the whole process, before anything below can load a model (ggml reads it once).
-        exact_mode.use_batch_invariant_kernels()
-    workers = workers_option(rpc_workers)
-    if workers and gpu_layers == 0:
-        raise UsageError("--gpu-layers 0 leaves the --rpc workers nothing to run")
-    rpc_timeout_s = rpc.timeout_from_env()
-    target_path, draft_path, chosen = resolve_models(pair, target, draft)
-    if draft == DRAFT_AUTO:  # what pays here: a draft model or head, the target's MTP, n-gram
-        draft_path, drafter = auto_draft(target_path, threads, drafter)
-    if drafter is None and chosen:
-        drafter = chosen.drafter
-    if drafter is None:  # the default picks mtp only where the target's head runs here
-        named = draft not in (None, DRAFT_AUTO)
-        drafter = default_drafter(target_path, draft_path, draft_named=named)
-    elif drafter == "mtp" and (problem := mtp_problem(target_path)):
-        raise UsageError(problem, hint="--drafter ngram, or model with a --draft")
-    # A --draft-max given caps the adaptive controller too; the pair's is for --fixed.
-    adaptive_draft_max = draft_max or ADAPTIVE_DRAFT_MAX
-    if draft_max is None:
-        draft_max = chosen.draft_max if chosen else 4
-    offload = default_gpu_layers(build_facts())
-    if gpu_layers is None:  # with workers, every target layer goes to them (and local GPUs)
-        gpu_layers = -1 if workers else offload
-    return EngineConfig(
-        target=target_path,
-        draft=draft_path if drafter in ("model", *HEADS) else None,  # a head's file drafts too
-        drafter=drafter,
-        draft_max=draft_max,
-        adaptive_draft_max=adaptive_draft_max,
-        n_ctx=ctx,
-        n_gpu_layers=gpu_layers,
-        n_gpu_layers_draft=offload if gpu_layers_draft is None else gpu_layers_draft,
-        n_threads=threads,
-        extra_buffers={"on": True, "off": False}.get(buffers),
-        adaptive=adaptive,
-        rpc=workers,
-        remember=remember,
-        rpc_timeout_s=rpc_timeout_s,
-        n_seq=n_seq,
-        exact=exact,
-    )
-
-
-def served_name(ref: str, path: Path) -> str:
-    """The model id `serve` gives a --target: its Ollama or LM Studio name, else its file name."""
-    for prefix in ("ollama:", "lmstudio:"):
-        if ref.startswith(prefix):
-            return ref.removeprefix(prefix)
-    return path.name
-
-
-def workers_option(text: str | None) -> tuple[str, ...]:
-    """--rpc HOST:PORT,... -> endpoints, refused at once by a build without RPC."""
-    if text is None:
-        return ()
-    workers = rpc.parse_endpoints(text)
-    check_rpc_build()
-    return workers
-
-
-def check_rpc_build() -> None:
-    facts = build_facts()
-    if not facts.rpc:
-        raise RpcError(
-            "this llama-cpp-python was built without RPC", hint=rpc_reinstall_hint(facts)
-        )
-
-
-def calibrate_with_notice(engine: Engine, *, always: bool = False) -> None:
-    """Say what the pair cannot do here (`Engine.notices`), then measure this machine's costs
-    once per model pair (cached), saying so on stderr: for the adaptive controller, or
-    `always` (bench's quick plan reads them)."""
-    for line in engine.notices:
-        ui.stderr_console().print(f"[yellow]{escape(line)}[/yellow]", highlight=False)
-    if always or (engine.config.adaptive and not isinstance(engine.drafter, NoDrafter)):
-        engine.calibrate(on_measure=_measuring_notice)
-
-
-def _measuring_notice(reason: str) -> None:
-    why = "" if reason == "none cached" else f" ({escape(reason)})"
-    ui.stderr_console().print(
-        f"[dim]measuring this machine's decode costs (once per model pair){why}…[/dim]",
-        markup=True,
-        highlight=False,
-    )
-
-
-def check_max_tokens(max_tokens: int) -> None:
-    if max_tokens < 1:
-        raise UsageError(f"--max-tokens must be at least 1, got {max_tokens}")
-
-
-def read_prompt(argument: str | None) -> str:
-    """The prompt argument, stdin when piped, or both (stdin appended as context)."""
-    piped = None
-    if not sys.stdin.isatty():
-        raw = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read()
-        piped = _decode_stdin(raw) if isinstance(raw, bytes) else raw
-    parts = [p for p in (argument, piped) if p and p.strip()]
-    if not parts:
-        raise UsageError("the prompt is empty: pass it as an argument or pipe it on stdin")
-    return "\n\n".join(p.strip("\n") for p in parts)
-
-
-def _decode_stdin(raw: bytes) -> str:
-    if b"\x00" in raw:
-        raise UsageError(
-            "stdin looks like a binary file, not text", hint="pipe a text file, or the prompt"
-        )
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise UsageError(
-            f"stdin is not UTF-8 text (byte {exc.start})",
-            hint="convert it first, e.g. iconv -f latin1 -t utf-8 FILE | specllama run ...",
-        ) from None
 
 
 NoColor = Annotated[

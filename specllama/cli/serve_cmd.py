@@ -11,6 +11,7 @@ import psutil
 import typer
 
 from specllama.cli import ui
+from specllama.cli.loading import calibrate_with_notice, engine_config, served_name
 from specllama.cli.options import (
     Adaptive,
     Ctx,
@@ -29,9 +30,6 @@ from specllama.cli.options import (
     Threads,
     TopK,
     TopP,
-    calibrate_with_notice,
-    engine_config,
-    served_name,
 )
 from specllama.engine.sampling import SamplingParams
 from specllama.errors import UsageError

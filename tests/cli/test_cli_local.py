@@ -152,7 +152,7 @@ def test_listing_and_running_write_nothing_into_other_tools_stores(stocked_machi
 
 
 def test_serve_names_a_model_of_another_tool_by_its_name_there(tmp_path):
-    from specllama.cli.options import served_name
+    from specllama.cli.loading import served_name
 
     blob = tmp_path / "sha256-0123"
     assert served_name("ollama:qwen2.5-coder:1.5b", blob) == "qwen2.5-coder:1.5b"
