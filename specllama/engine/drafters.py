@@ -238,16 +238,15 @@ class NgramDrafter:
         params: SamplingParams,
         **_: object,
     ) -> Draft:
-        found = self._lookup(context) if n_max > 0 else None
-        if found is None:
-            return Draft()
-        tokens = found.continuation(n_max)
-        if found.origin == "prediction" and self.prediction is not None and tokens:
+        tokens = self.peek(context, n_max)
+        # A draft from the prediction is settled against what the target keeps.
+        found = self._found
+        if tokens and found and found.origin == "prediction" and self.prediction is not None:
             self.prediction.drafted(len(context), tokens)
         return Draft(tokens=tokens)
 
     def peek(self, context: Sequence[int], n_max: int) -> list[int]:
-        """What `propose` would draft, without drafting it (nothing is counted against a
+        """What `propose` drafts, without drafting it (nothing is counted against a
         prediction): the loop checks it against what the round emits, as free evidence."""
         found = self._lookup(context) if n_max > 0 else None
         return found.continuation(n_max) if found is not None else []
