@@ -75,7 +75,9 @@ def _tojson(
 
 
 def _environment() -> ImmutableSandboxedEnvironment:
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
+    )
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
@@ -96,10 +98,12 @@ def render_chat(
     eos_token: str = "",
     add_generation_prompt: bool = True,
     tools: list[dict[str, Any]] | None = None,
+    template_kwargs: dict[str, Any] | None = None,
 ) -> str:
     """The prompt text the model was trained to see for these messages (and `tools`, OpenAI's
-    function tools, given to the template only when there are some)."""
-    extra = {"tools": tools} if tools else {}
+    function tools, given to the template only when there are some). `template_kwargs`: more
+    variables for the template (a request's `chat_template_kwargs`: `enable_thinking`...)."""
+    extra = {**(template_kwargs or {}), **({"tools": tools} if tools else {})}
     try:
         return _compiled(template).render(
             messages=[m.as_dict() for m in messages],

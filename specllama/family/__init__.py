@@ -1,0 +1,11 @@
+"""A model family's way of writing: its thinking, its tool calls, its end of turn, learnt from
+its chat template (render a known call and a plain answer, compare), written by hand only where
+the template cannot tell (gpt-oss's channels).
+
+The engine's text goes through one reader (`reader.AnswerReader`) that gives typed pieces
+(`pieces.Piece`: thinking, text, a call); every face (the server's wire formats, `run`, `chat`)
+only writes those pieces out.
+
+Imports: `chat`, `schemas`, `errors` and `tool_calls` (the top-level modules beside it); never
+the engine, the server or the CLI.
+"""
