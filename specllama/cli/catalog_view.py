@@ -115,7 +115,7 @@ def _short(model: ModelRef) -> str:
 def _draft_cell(row: PairRow, catalog: Catalog) -> str:
     """The draft's size, and the head's kind where the draft is a head (own MTP layers: none)."""
     if row.own_heads:
-        return "own MTP head"
+        return "n-gram lookup" if row.drafter == "ngram" else "own MTP head"
     draft = _short(catalog.model(row.draft))
     if row.drafter == "model":
         return draft

@@ -34,6 +34,11 @@ DRAFTERS = ("model", "mtp", "eagle3", "dflash", "assistant", "ngram", "none")
 # A pair that drafts with multi-token prediction layers: the target's own (no `draft`: the
 # pair's draft is the target itself) or an MTP assistant file (`draft`, e.g. Gemma 4's).
 MTP = "mtp"
+# The lookup in the text so far: drafts for any target, so a pair may name no draft either
+# (gpt-oss has no small model with its vocabulary).
+NGRAM = "ngram"
+# Drafters that need no second file: a pair with one of them may leave out `draft`.
+SELF_DRAFTERS = (MTP, NGRAM)
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _COMMIT = re.compile(r"[0-9a-f]{40}")
 
@@ -111,15 +116,16 @@ class Pair:
 
     name: str
     target: str
-    draft: str  # the target itself when it drafts with its own MTP heads (`own_heads`)
+    draft: str  # the target itself when it drafts alone (`own_heads`)
     draft_max: int = 5
     drafter: str = "model"
     description: str = ""
 
     @property
     def own_heads(self) -> bool:
-        """The target drafts with its own MTP layers: there is no second file."""
-        return self.drafter == MTP and self.draft == self.target
+        """The target drafts alone, with its own MTP layers or by looking up its own text
+        (`SELF_DRAFTERS`): there is no second file to fetch, load or count."""
+        return self.drafter in SELF_DRAFTERS and self.draft == self.target
 
 
 @dataclass(frozen=True)
@@ -338,10 +344,14 @@ def _parse_pair(where: str, name: str, entry: object) -> Pair:
         raise CatalogError(f"{where}: drafter must be one of {', '.join(DRAFTERS)}")
     if not isinstance(entry.get("target"), str):
         raise CatalogError(f'{where} needs target = "<model name>"')
-    # With MTP the target's own heads draft unless an assistant file is named.
-    draft = entry.get("draft", entry["target"] if drafter == MTP else None)
+    # With MTP the target's own heads draft unless an assistant file is named; the lookup
+    # needs no file at all.
+    draft = entry.get("draft", entry["target"] if drafter in SELF_DRAFTERS else None)
     if not isinstance(draft, str):
-        hint = f'or drafter = "{MTP}" for a target with its own draft head'
+        hint = (
+            f'or drafter = "{MTP}" for a target with its own draft head, '
+            f'"{NGRAM}" for the lookup in the text so far'
+        )
         raise CatalogError(f'{where} needs draft = "<model name>"', hint=hint)
     draft_max = entry.get("draft_max", 5)
     if not isinstance(draft_max, int) or isinstance(draft_max, bool) or not 1 <= draft_max <= 64:

@@ -22,7 +22,7 @@ import psutil
 from specllama.llama.amx import AMX_TYPES, CRASHES, AmxReport
 from specllama.llama.gguf_info import tensor_types
 from specllama.models import hub
-from specllama.models.catalog import MTP, Catalog, ModelRef, user_catalog_path
+from specllama.models.catalog import SELF_DRAFTERS, Catalog, ModelRef, user_catalog_path
 
 # Beyond the weights, a model needs its KV cache and compute buffers: at a few thousand tokens of
 # context that is roughly a tenth of the weights plus a fixed amount.
@@ -258,8 +258,9 @@ class PairRow:
 
     @property
     def own_heads(self) -> bool:
-        """The target drafts with its own MTP layers (draft is the target, draft_size 0)."""
-        return self.drafter == MTP and self.draft == self.target
+        """The target drafts alone, with its own MTP layers or by looking up its text (draft
+        is the target, draft_size 0)."""
+        return self.drafter in SELF_DRAFTERS and self.draft == self.target
 
     def as_json(self) -> dict[str, Any]:
         return {**asdict(self), "downloaded": self.downloaded, "own_heads": self.own_heads}
