@@ -1,22 +1,27 @@
 """Conversation state and chat templates.
 
 The template comes from the GGUF metadata (`tokenizer.chat_template`), which is untrusted input:
-it is rendered in jinja2's immutable sandbox, which refuses attribute tricks and mutation.
+it is rendered in jinja2's sandbox (`specllama.chat_template`), which refuses attribute tricks and
+huge ranges but lets a template change the fresh lists and dicts it is given, as llama.cpp's own
+template engine does (Kimi K2's templates `append` to a list).
 """
 
 from __future__ import annotations
 
-import functools
+import contextlib
+import copy
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from jinja2 import Template, TemplateError
-from jinja2.sandbox import ImmutableSandboxedEnvironment
-
+from specllama.chat_template import (
+    REASONING_FIELD,
+    compiled_template,
+    shape_messages,
+    template_needs,
+)
 from specllama.errors import SpecllamaError
 
 
@@ -28,13 +33,14 @@ class ToolCall:
     name: str
     arguments: str
 
-    def as_template_dict(self) -> dict[str, Any]:
+    def as_template_dict(self, *, text_arguments: bool = False) -> dict[str, Any]:
         """The call as Hugging Face chat templates read it: the arguments as an object (a
-        template writes them with `tojson`), or as the text when they are not JSON."""
-        try:
-            arguments = json.loads(self.arguments)
-        except ValueError:
-            arguments = self.arguments
+        template writes them with `tojson`), or as the text when they are not JSON or when the
+        template wants text (`text_arguments`: Functionary v3.2 adds them to its prompt)."""
+        arguments: Any = self.arguments
+        if not text_arguments:
+            with contextlib.suppress(ValueError):  # not JSON: the text as it is
+                arguments = json.loads(self.arguments)
         function = {"name": self.name, "arguments": arguments}
         return {"id": self.id, "type": "function", "function": function}
 
@@ -46,48 +52,21 @@ class Message:
     interrupted: bool = False  # an answer stopped by the user; content ends with the mark
     tool_calls: tuple[ToolCall, ...] = ()  # an assistant's calls
     tool_call_id: str | None = None  # a tool message: the call it answers
+    reasoning: str | None = None  # an assistant's thinking before its answer, passed back
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self, *, text_arguments: bool = False) -> dict[str, Any]:
+        """The message as OpenAI and llama.cpp write it (the reasoning as `reasoning_content`),
+        a call's arguments as an object unless `text_arguments`."""
         message: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.reasoning is not None:
+            message[REASONING_FIELD] = self.reasoning
         if self.tool_calls:
-            message["tool_calls"] = [call.as_template_dict() for call in self.tool_calls]
+            message["tool_calls"] = [
+                call.as_template_dict(text_arguments=text_arguments) for call in self.tool_calls
+            ]
         if self.tool_call_id is not None:
             message["tool_call_id"] = self.tool_call_id
         return message
-
-
-def _raise_exception(message: str) -> None:
-    raise TemplateError(message)
-
-
-def _tojson(
-    value: object,
-    ensure_ascii: bool = False,
-    indent: int | None = None,
-    separators: tuple[str, str] | None = None,
-    sort_keys: bool = False,
-) -> str:
-    """`tojson` as Hugging Face renders templates: plain JSON in the given key order (jinja's
-    own sorts keys and escapes `<`, `>`, `&` and `'` for HTML, which the models never saw)."""
-    return json.dumps(
-        value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
-    )
-
-
-def _environment() -> ImmutableSandboxedEnvironment:
-    env = ImmutableSandboxedEnvironment(
-        trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
-    )
-    env.filters["tojson"] = _tojson
-    env.globals["raise_exception"] = _raise_exception
-    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
-    return env
-
-
-@functools.lru_cache(maxsize=4)
-def _compiled(template: str) -> Template:
-    """Compiling a template costs ~12 ms (Qwen2.5's): once per template, not per prompt."""
-    return _environment().from_string(template)
 
 
 def render_chat(
@@ -103,20 +82,32 @@ def render_chat(
     """The prompt text the model was trained to see for these messages (and `tools`, OpenAI's
     function tools, given to the template only when there are some). `template_kwargs`: more
     variables for the template (a request's `chat_template_kwargs`: `enable_thinking`...)."""
-    extra = {**(template_kwargs or {}), **({"tools": tools} if tools else {})}
+    # Fresh copies: the template may change what it is given (see chat_template).
+    extra = copy.deepcopy({**(template_kwargs or {}), **({"tools": tools} if tools else {})})
     try:
-        return _compiled(template).render(
-            messages=[m.as_dict() for m in messages],
+        return compiled_template(template).render(
+            messages=_template_messages(template, messages),
             bos_token=bos_token,
             eos_token=eos_token,
             add_generation_prompt=add_generation_prompt,
             **extra,
         )
-    except TemplateError as exc:
+    except Exception as exc:  # the template's own fault, whatever it raised: one clear line
+        reason = " ".join(str(exc).split()) or type(exc).__name__
         raise SpecllamaError(
-            f"the model's chat template failed: {exc}",
+            f"the model's chat template failed: {reason}",
             hint="run with --no-chat-template to send the prompt as it is",
         ) from exc
+
+
+def _template_messages(template: str, messages: list[Message]) -> list[dict[str, Any]]:
+    """The messages in the shapes this template reads (learnt once per template, and only when
+    there are calls or reasoning to shape)."""
+    if not any(m.tool_calls or m.tool_call_id or m.reasoning is not None for m in messages):
+        return [m.as_dict() for m in messages]
+    needs = template_needs(template)
+    dicts = [m.as_dict(text_arguments=needs.text_arguments) for m in messages]
+    return shape_messages(dicts, needs)
 
 
 def plain_prompt(messages: list[Message]) -> str:

@@ -20,18 +20,20 @@ PACKAGE = Path(__file__).resolve().parent.parent / "specllama"
 BASE = {"base"}
 ALLOWED: dict[str, set[str]] = {
     "base": BASE,  # errors, paths, chat (conversations)
+    "family": BASE | {"family"},  # a model family's way of writing, read from its template
     "llama": BASE | {"llama"},
     "engine": BASE | {"llama", "engine"},
     "policy": BASE | {"llama", "engine", "policy"},
     "models": BASE | {"llama", "models"},
-    "session": BASE | {"llama", "engine", "policy", "models", "session"},
-    "server": BASE | {"llama", "engine", "policy", "models", "session", "server"},
-    "bench": BASE | {"llama", "engine", "policy", "models", "session", "bench"},
-    "cli": BASE | {"llama", "engine", "policy", "models", "session", "server", "bench", "cli"},
+    "session": BASE | {"family", "llama", "engine", "policy", "models", "session"},
+    "server": BASE | {"family", "llama", "engine", "policy", "models", "session", "server"},
+    "bench": BASE | {"family", "llama", "engine", "policy", "models", "session", "bench"},
+    "cli": BASE
+    | {"family", "llama", "engine", "policy", "models", "session", "server", "bench", "cli"},
     "main": {"cli"},
 }
 # Parts that never print nor know of a face: no rich, typer or web stack.
-QUIET = {"base", "llama", "engine", "policy", "models", "session"}
+QUIET = {"base", "family", "llama", "engine", "policy", "models", "session"}
 FACE_LIBRARIES = {"rich", "typer", "starlette", "uvicorn"}
 
 

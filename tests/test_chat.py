@@ -136,3 +136,14 @@ def test_tools_and_calls_reach_the_template_as_hugging_face_templates_read_them(
 def test_a_call_whose_arguments_are_not_json_reaches_the_template_as_text():
     call = ToolCall("c1", "f", "not json")
     assert call.as_template_dict()["function"]["arguments"] == "not json"
+
+
+def test_an_answer_s_reasoning_is_passed_back_as_llama_cpp_passes_it():
+    message = Message("assistant", "yes", reasoning="hmm")
+    assert message.as_dict() == {"role": "assistant", "content": "yes", "reasoning_content": "hmm"}
+
+
+def test_arguments_may_reach_the_template_as_the_call_s_own_text():
+    call = ToolCall("c1", "f", '{"a":  1}')
+    assert call.as_template_dict()["function"]["arguments"] == {"a": 1}
+    assert call.as_template_dict(text_arguments=True)["function"]["arguments"] == '{"a":  1}'

@@ -6,6 +6,7 @@ The engine's text goes through one reader (`reader.AnswerReader`) that gives typ
 (`pieces.Piece`: thinking, text, a call); every face (the server's wire formats, `run`, `chat`)
 only writes those pieces out.
 
-Imports: `chat`, `schemas`, `errors` and `tool_calls` (the top-level modules beside it); never
-the engine, the server or the CLI.
+May import the top-level modules (`chat`, `chat_template`, `schemas`, `errors`, `tool_calls`)
+and nothing else: the session, the server and the CLI read answers through it; the engine
+never does (it works with tokens).
 """
