@@ -19,18 +19,16 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from jinja2 import TemplateError, meta
-from jinja2.sandbox import ImmutableSandboxedEnvironment
-
 from specllama.chat import ToolCall
+from specllama.chat_template import fields_read, template_variables
 from specllama.schemas import closed
 
 # Compact JSON, as the templates write it (and as the constraint's own JSON options).
-_JSON_STYLE = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+JSON_STYLE = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 
 
 @dataclass(frozen=True)
@@ -56,12 +54,9 @@ def new_call_id() -> str:
 
 
 def template_knows_tools(template: str) -> bool:
-    """Whether the template reads the `tools` variable at all (SmolLM2's does not)."""
-    try:
-        parsed = ImmutableSandboxedEnvironment().parse(template)
-    except TemplateError:
-        return False
-    return "tools" in meta.find_undeclared_variables(parsed)
+    """Whether the template shows the tools or writes calls (SmolLM2's does neither); one that
+    only writes calls (DeepSeek V3.1's) is shown the tools in its system message."""
+    return "tools" in template_variables(template) or "tool_calls" in fields_read(template)
 
 
 # -- what a parse gives ---------------------------------------------------------------------
@@ -155,14 +150,24 @@ def _held_prefix(text: str, marker: str) -> int:
     return 0
 
 
+# The markers that are one special token of the vocabulary, each with how llguidance's Lark
+# writes that token: by its text where the text is `<...>`, else by its id (`<[5]>`).
+Special = Mapping[str, str]
+
+
+def special_by_text(markers: Iterable[str]) -> dict[str, str]:
+    """Markers written `<...>`, which Lark names by their text."""
+    return {marker: marker for marker in markers}
+
+
 def _lark_string(text: str) -> str:
     return json.dumps(text)
 
 
-def _arguments_rule(tool: Tool) -> str:
+def arguments_rule(tool: Tool) -> str:
     schema = closed(tool.parameters) if tool.parameters else {"type": "object"}
     if isinstance(schema, dict):
-        schema = {**schema, "x-guidance": _JSON_STYLE}
+        schema = {**schema, "x-guidance": JSON_STYLE}
     return f"%json {json.dumps(schema)}"
 
 
@@ -171,21 +176,24 @@ def _arguments_rule(tool: Tool) -> str:
 
 class ToolFormat:
     """One family's syntax. `scan` reads the answer from `start` (where the last scan ended);
-    `final` says that no more text will come. `names`: the offered tools' names."""
+    `final` says that no more text will come. `tools`: the offered tools (or their names), whose
+    schemas type the values a syntax writes untyped."""
 
     name = ""
     markers: tuple[str, ...] = ()  # texts that may be one special token of the vocabulary
 
-    def __init__(self, names: Sequence[str] = ()) -> None:
-        self.names = frozenset(names)
+    def __init__(self, tools: Sequence[str | Tool] = ()) -> None:
+        self.tools = {t.name: t for t in tools if isinstance(t, Tool)}
+        self.names = frozenset(t if isinstance(t, str) else t.name for t in tools)
 
     def scan(self, text: str, start: int, final: bool) -> Scan:
         raise NotImplementedError
 
-    def rules(self, tools: Sequence[Tool], *, parallel: bool, special: set[str]) -> list[str]:
+    def rules(self, tools: Sequence[Tool], *, parallel: bool, special: Special) -> list[str]:
         """Lark rules (llguidance's dialect) whose `calls` is one call to one of `tools` (or one
         or more when `parallel`), each call's arguments following its schema. `special`: the
-        markers that are special tokens of the vocabulary (then written `<tag>`, else as text)."""
+        markers that are special tokens of the vocabulary, with how Lark writes each (else
+        they are written as text)."""
         raise NotImplementedError
 
 
@@ -263,9 +271,9 @@ class Hermes(ToolFormat):
                 end = len(text) - len(after) + 3
         return Segment(call=call), end, False
 
-    def rules(self, tools: Sequence[Tool], *, parallel: bool, special: set[str]) -> list[str]:
+    def rules(self, tools: Sequence[Tool], *, parallel: bool, special: Special) -> list[str]:
         def tag(marker: str) -> str:
-            return marker if marker in special else _lark_string(marker)
+            return special[marker] if marker in special else _lark_string(marker)
 
         rules = [
             'calls: call ("\\n" call)*' if parallel else "calls: call",
@@ -274,7 +282,7 @@ class Hermes(ToolFormat):
         for i, tool in enumerate(tools):
             head = _lark_string(f'\n{{"name": {json.dumps(tool.name)}, "arguments": ')
             rules.append(f'call_{i}: {tag(self.OPEN)} {head} args_{i} "}}\\n" {tag(self.CLOSE)}')
-            rules.append(f"args_{i}: {_arguments_rule(tool)}")
+            rules.append(f"args_{i}: {arguments_rule(tool)}")
         return rules
 
 
@@ -299,7 +307,7 @@ class Llama3(ToolFormat):
             return Scan([Segment(text)], len(text), broken=head.startswith(("{", self.TAG)))
         return Scan([Segment(call=c) for c in calls], len(text))
 
-    def rules(self, tools: Sequence[Tool], *, parallel: bool, special: set[str]) -> list[str]:
+    def rules(self, tools: Sequence[Tool], *, parallel: bool, special: Special) -> list[str]:
         rules = [
             'calls: call ("; " call)*' if parallel else "calls: call",
             "call: " + " | ".join(f"call_{i}" for i in range(len(tools))),
@@ -307,7 +315,7 @@ class Llama3(ToolFormat):
         for i, tool in enumerate(tools):
             head = _lark_string(f'{{"name": {json.dumps(tool.name)}, "parameters": ')
             rules.append(f'call_{i}: {head} args_{i} "}}"')
-            rules.append(f"args_{i}: {_arguments_rule(tool)}")
+            rules.append(f"args_{i}: {arguments_rule(tool)}")
         return rules
 
 
@@ -358,7 +366,7 @@ class Mistral(ToolFormat):
             return Scan([Segment(text[start:])], len(text), broken=True)
         return Scan([Segment(text[start:marked]), *(Segment(call=c) for c in calls)], len(text))
 
-    def rules(self, tools: Sequence[Tool], *, parallel: bool, special: set[str]) -> list[str]:
+    def rules(self, tools: Sequence[Tool], *, parallel: bool, special: Special) -> list[str]:
         rules = [
             'calls: "[" call (", " call)* "]"' if parallel else 'calls: "[" call "]"',
             "call: " + " | ".join(f"call_{i}" for i in range(len(tools))),
@@ -366,7 +374,7 @@ class Mistral(ToolFormat):
         for i, tool in enumerate(tools):
             head = _lark_string(f'{{"name": {json.dumps(tool.name)}, "arguments": ')
             rules.append(f'call_{i}: {head} args_{i} "}}"')
-            rules.append(f"args_{i}: {_arguments_rule(tool)}")
+            rules.append(f"args_{i}: {arguments_rule(tool)}")
         return rules
 
 
@@ -387,7 +395,7 @@ def call_grammar(
     tools: Sequence[Tool],
     *,
     parallel: bool,
-    special: set[str],
+    special: Special,
     or_json: dict[str, Any] | None = None,
 ) -> str:
     """The Lark grammar of a forced answer: the call(s); or, with `or_json` (a JSON Schema),
@@ -395,7 +403,7 @@ def call_grammar(
     rules = fmt.rules(tools, parallel=parallel, special=special)
     if or_json is None:
         return "\n".join(["start: calls", *rules]) + "\n"
-    reply = f"reply: %json {json.dumps({**or_json, 'x-guidance': _JSON_STYLE})}"
+    reply = f"reply: %json {json.dumps({**or_json, 'x-guidance': JSON_STYLE})}"
     return "\n".join(["start: reply | calls", reply, *rules]) + "\n"
 
 

@@ -17,6 +17,7 @@ from specllama.tool_calls import (
     call_grammar,
     detect_format,
     parse_answer,
+    special_by_text,
     template_knows_tools,
 )
 
@@ -157,11 +158,13 @@ def test_text_only_answers_keep_their_whitespace():
 def test_the_forced_grammar_names_each_tool_and_embeds_its_schema():
     weather = {"type": "object", "properties": {"city": {"type": "string"}}}
     tools = [Tool("get_weather", "w", weather), Tool("now")]
-    one = call_grammar(Hermes(NAMES), tools, parallel=False, special={"<tool_call>"})
+    one = call_grammar(
+        Hermes(NAMES), tools, parallel=False, special=special_by_text(["<tool_call>"])
+    )
     assert one.startswith("start: calls\ncalls: call\ncall: call_0 | call_1\n")
     assert "call_0: <tool_call> " in one and '"</tool_call>"' in one  # text: not special
     assert '"properties": {"city": {"type": "string"}}' in one
-    many = call_grammar(Llama3(NAMES), tools, parallel=True, special=set(), or_json=weather)
+    many = call_grammar(Llama3(NAMES), tools, parallel=True, special={}, or_json=weather)
     assert many.startswith('start: reply | calls\nreply: %json {"type": "object"')
     assert 'calls: call ("; " call)*' in many and '\\"parameters\\": ' in many
     assert Tool("now").as_openai() == {
