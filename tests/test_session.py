@@ -168,3 +168,20 @@ def test_a_recurrent_target_serves_one_slot_unless_more_are_asked_for(qwen35_mtp
         assert engine.n_seq == 1 and engine.target.n_ctx == 512
     with pytest.raises(UsageError, match="recurrent layers"):
         Engine(EngineConfig(target=qwen35_mtp, drafter="ngram", n_ctx=512, n_seq=2))
+
+
+@pytest.mark.slow
+def test_preserved_markers_that_are_control_tokens_are_written_as_text(smol_q4):
+    """SmolLM2's `<|im_start|>` is a control token: written as nothing, unless preserved."""
+    config = EngineConfig(target=smol_q4, drafter="none", n_ctx=256, n_threads=2)
+    with Engine(config) as engine:
+        tokens = engine.target.tokenize("<|im_start|>hi<|im_end|>", add_bos=False, special=True)
+        assert len(tokens) == 3  # the two markers are one token each
+
+        def written(stream) -> str:
+            return "".join(stream.feed(t) for t in tokens) + stream.flush()
+
+        assert written(engine.target_text_stream()) == "hi"
+        preserved = engine.target_text_stream(["<|im_start|>", "<think>", "two words"])
+        assert written(preserved) == "<|im_start|>hi"  # only what was asked, one token each
+        assert engine.marker_tokens(["<|im_start|>", "<think>"]) == {tokens[0]}

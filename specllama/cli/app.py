@@ -13,6 +13,7 @@ import typer
 
 from specllama.chat import Message
 from specllama.cli import bench_cmd, catalog_view, local_cmd, serve_cmd, ui
+from specllama.cli.answer_split import StreamedAnswer
 from specllama.cli.catalog_view import download_progress
 from specllama.cli.inputs import (
     check_max_tokens,
@@ -52,6 +53,8 @@ from specllama.cli.options import (
     NoTemplate,
     PairOpt,
     PredictionFile,
+    ReasoningBudget,
+    ReasoningOpt,
     Record,
     Remember,
     RemoveDirs,
@@ -64,6 +67,7 @@ from specllama.cli.options import (
     TopK,
     TopP,
     friendly_errors,
+    reasoning_choice,
 )
 from specllama.engine.events import FinishEvent, TokenEvent
 from specllama.engine.sampling import SamplingParams
@@ -131,10 +135,14 @@ def run(
     grammar: GrammarFile = None,
     prediction: PredictionFile = None,
     remember: Remember = None,
+    reasoning: ReasoningOpt = "auto",
+    reasoning_budget: ReasoningBudget = -1,
 ) -> None:
-    """Answer one prompt: the text on stdout, a one-line summary on stderr."""
+    """Answer one prompt: the text on stdout, a one-line summary on stderr (a thinking model's
+    thinking, dimmed, too, when it is a terminal)."""
     if json_out and jsonl_out:
         raise UsageError("--json and --jsonl exclude each other: pick one")
+    mode, budget = reasoning_choice(reasoning, reasoning_budget)
     params = SamplingParams(temperature, top_k, top_p, min_p, seed)
     # Every check of the user's input before anything is downloaded or loaded.
     text = read_prompt(prompt)
@@ -161,48 +169,79 @@ def run(
     messages.append(Message("user", text))
 
     with Engine(config) as engine:
-        tokens = engine.prompt_tokens(messages, chat_template=not no_chat_template)
+        templated = not no_chat_template
+        tokens = engine.reasoning_prompt(messages, mode, chat_template=templated)
         check_prompt_fits(tokens, engine.target.n_ctx)  # before measuring costs
         rule = compile_rule(engine, spec)
         calibrate_with_notice(engine)
-        pieces: list[str] = []
-        stream = engine.target_text_stream()
+        answer, output = StreamedAnswer(engine, tokens, chat_template=templated), _RunOutput()
         finish: FinishEvent | None = None
         predicted = engine.text_tokens(expected) if expected else None
-        events = engine.generate(
-            tokens, params, max_tokens=max_tokens, constraint=rule, prediction=predicted
+        events = engine.generate_thinking(
+            tokens,
+            params,
+            max_tokens=max_tokens,
+            budget=budget,
+            constraint=rule,
+            prediction=predicted,
         )
         for event in events:
             if isinstance(event, TokenEvent):
-                piece = stream.feed(event.token)
-                pieces.append(piece)
+                told = answer.feed(event.token)
                 if jsonl_out:
-                    ui.write_json_line(
-                        {
-                            "type": "token",
-                            "token": event.token,
-                            "text": piece,
-                            "from_draft": event.from_draft,
-                        }
-                    )
+                    ui.write_json_line(_token_line(event, told))
                 elif not json_out:
-                    ui.write_text(piece)
+                    output.write(told)
             elif isinstance(event, FinishEvent):
                 finish = event
-        tail = stream.flush()
-        pieces.append(tail)
+        tail = answer.finish()
 
     assert finish is not None  # generate always ends with a FinishEvent
     stats = {**finish.stats.as_dict(), "exact": config.exact}
     if engine.calibration is not None:  # which calibration the adaptive controller started from
         stats["calibration"] = engine.calibration.as_dict()
+    said = {"text": answer.text, "thinking": answer.thinking}
     if jsonl_out:
-        ui.write_json_line({"type": "stats", "text": "".join(pieces), **stats})
+        ui.write_json_line({"type": "stats", **said, **stats})
     elif json_out:
-        print(json.dumps({"text": "".join(pieces), **stats}))
+        print(json.dumps({**said, **stats}))
     else:
-        ui.write_text(tail + "\n")
+        output.write(tail, end=True)
         ui.print_summary(finish.stats, exact=config.exact)
+
+
+def _token_line(event: TokenEvent, told: list[tuple[str, str]]) -> dict[str, object]:
+    """A --jsonl line for one token: its answer text, and its thinking when it had some."""
+    line: dict[str, object] = {"type": "token", "token": event.token}
+    line["text"] = "".join(text for kind, text in told if kind == "text")
+    thinking = "".join(text for kind, text in told if kind == "thinking")
+    if thinking:
+        line["thinking"] = thinking
+    return {**line, "from_draft": event.from_draft}
+
+
+class _RunOutput:
+    """`run`'s pieces: the thinking to stderr (a terminal only), the answer to stdout."""
+
+    def __init__(self) -> None:
+        self.thinking = False  # the thinking is being written: a new line when it ends
+
+    def write(self, told: list[tuple[str, str]], *, end: bool = False) -> None:
+        for kind, text in told:
+            if kind == "thinking":
+                ui.write_thinking(text)
+                self.thinking = True
+            else:
+                self._end_thinking()
+                ui.write_text(text)
+        if end:
+            self._end_thinking()
+            ui.write_text("\n")
+
+    def _end_thinking(self) -> None:
+        if self.thinking:
+            ui.write_thinking("", end=True)
+            self.thinking = False
 
 
 @app.command()
@@ -234,10 +273,14 @@ def chat(
     json_schema: JsonSchemaFile = None,
     grammar: GrammarFile = None,
     remember: Remember = None,
+    reasoning: ReasoningOpt = "auto",
+    reasoning_budget: ReasoningBudget = -1,
 ) -> None:
-    """Chat in the terminal: answers stream coloured by origin, with live stats (/help)."""
+    """Chat in the terminal: answers stream coloured by origin, with live stats (/help); a
+    thinking model's thinking dimmed, then folded into one line (/thinking unfolds it)."""
     from specllama.cli import repl
 
+    mode, budget = reasoning_choice(reasoning, reasoning_budget)
     params = SamplingParams(temperature, top_k, top_p, min_p, seed)
     spec = constraint_spec(json_schema, grammar)
     config = engine_config(
@@ -272,6 +315,8 @@ def chat(
             chat_template=not no_chat_template,
             record=record,
             constraint=rule,
+            reasoning=mode,
+            reasoning_budget=budget,
         )
     raise typer.Exit(code)
 

@@ -14,12 +14,13 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, TypeVar, cast
 
 import typer
 
 from specllama.cli import ui
-from specllama.errors import SpecllamaError
+from specllama.errors import SpecllamaError, UsageError
+from specllama.family.thinking import REASONING_MODES, ReasoningMode
 from specllama.llama import amx, rpc
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -192,6 +193,38 @@ GrammarFile = Annotated[
         "dialect in a .lark file.",
     ),
 ]
+
+ReasoningOpt = Annotated[
+    str,
+    typer.Option(
+        "--reasoning",
+        metavar="on|off|auto",
+        help="Thinking, for a model whose family thinks: on, off (the template's own switch, "
+        "or an empty thinking block closed before the answer) or auto (the template's "
+        "default).",
+    ),
+]
+ReasoningBudget = Annotated[
+    int,
+    typer.Option(
+        "--reasoning-budget",
+        metavar="N",
+        help="Most tokens of thinking; then its end is written and the answer follows "
+        "(-1: no bound; 0: thinking off).",
+    ),
+]
+
+
+def reasoning_choice(mode: str, budget: int) -> tuple[ReasoningMode, int | None]:
+    """--reasoning and --reasoning-budget checked: the mode, and the budget (None: no bound).
+    A budget of 0 is thinking off."""
+    if mode not in REASONING_MODES:
+        raise UsageError(f"--reasoning is on, off or auto, not {mode!r}")
+    if budget < -1:
+        raise UsageError(f"--reasoning-budget is a number of tokens, or -1; got {budget}")
+    if budget == 0:
+        return "off", None
+    return cast(ReasoningMode, mode), (budget if budget > 0 else None)
 
 
 Remember = Annotated[

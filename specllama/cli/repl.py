@@ -19,12 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from specllama.chat import INTERRUPTED_MARK, Conversation, Message
+from specllama.cli.answer_split import StreamedAnswer
 from specllama.cli.ui import ChatView, answer_summary, live_line
 from specllama.engine.constraint import Grammar
 from specllama.engine.events import FinishEvent, RoundEvent, TokenEvent
 from specllama.engine.sampling import SamplingParams
 from specllama.engine.stats import GenerationStats, LiveCounter, TargetRate
 from specllama.errors import ContextOverflowError, SpecllamaError, UsageError
+from specllama.family.thinking import ReasoningMode
 from specllama.paths import state_dir
 from specllama.session import DRAFTERS, Engine
 
@@ -39,6 +41,7 @@ COMMANDS: list[tuple[str, str]] = [
     ("/max-tokens N", "most tokens per answer"),
     ("/color [on|off]", "colour tokens by origin (toggles without an argument)"),
     ("/save FILE", "the conversation as JSON, or Markdown for .md"),
+    ("/thinking", "the last answer's thinking, unfolded"),
     ("/exit", "leave (Ctrl-D or Ctrl-C at the prompt too)"),
     ("//text", "send a message that starts with /"),
 ]
@@ -99,13 +102,15 @@ def measure_target_step(target: Any, n: int = 6) -> list[float]:
 class Turn:
     """What one answer did, for tests and the summary line."""
 
-    text: str
+    text: str  # the answer proper (without its thinking)
     stats: GenerationStats
     interrupted: bool
     n_prompt: int
     n_prompt_new: int  # prompt tokens the target evaluated for this turn
     n_prompt_reused: int  # prompt tokens already in the target's KV cache
     target_decoded: int  # every token the target evaluated during the turn
+    thinking: str | None = None  # None: the answer did not think
+    n_thinking_tokens: int = 0
 
 
 class ChatSession:
@@ -119,8 +124,12 @@ class ChatSession:
         system: str | None = None,
         chat_template: bool = True,
         constraint: Grammar | None = None,
+        reasoning: ReasoningMode = "auto",
+        reasoning_budget: int | None = None,
     ) -> None:
         self.engine = engine
+        self.reasoning = reasoning  # thinking on, off, or as the template has it
+        self.reasoning_budget = reasoning_budget  # most thinking tokens (None: no bound)
         self.constraint = constraint  # every answer follows it (--json-schema, --grammar)
         self.view = view
         self.params = params
@@ -168,6 +177,7 @@ class ChatSession:
             "/color": self._color,
             "/colour": self._color,
             "/save": self._save,
+            "/thinking": self._thinking,
             "/exit": self._exit,
             "/quit": self._exit,
         }
@@ -237,13 +247,22 @@ class ChatSession:
         kind = self.conversation.save(path)
         self.view.info(f"saved {len(self.conversation.messages())} messages to {path} ({kind})")
 
+    def _thinking(self, _: str) -> None:
+        last = self.turns[-1] if self.turns else None
+        if last is None or last.thinking is None:
+            self.view.info("(the last answer did not think)")
+            return
+        self.view.show_thinking(last.thinking)
+
     def _exit(self, _: str) -> None:
         self.done = True
 
     # -- turns ------------------------------------------------------------------------------
 
     def prompt_tokens(self, messages: list[Message]) -> list[int]:
-        return self.engine.prompt_tokens(messages, chat_template=self.chat_template)
+        return self.engine.reasoning_prompt(
+            messages, self.reasoning, chat_template=self.chat_template
+        )
 
     def _fit(self) -> list[int]:
         """Trim the oldest turns until prompt + max_tokens fits the context; the prompt."""
@@ -288,22 +307,23 @@ class ChatSession:
         decoded_before = target.n_decoded
 
         counter = LiveCounter(engine.drafter.name)
-        stream = engine.target_text_stream()
-        pieces: list[str] = []
+        answer = StreamedAnswer(engine, prompt, chat_template=self.chat_template)
         finish: FinishEvent | None = None
         params = self.params.with_seed()  # drawn here, so that an interrupted answer reports it
-        events = engine.generate(
-            prompt, params, max_tokens=self.max_tokens, constraint=self.constraint
+        events = engine.generate_thinking(
+            prompt,
+            params,
+            max_tokens=self.max_tokens,
+            budget=self.reasoning_budget,
+            constraint=self.constraint,
         )
         view.answer_begin()
         try:
             with deferred_sigint() as interrupt:
                 for event in events:
                     if isinstance(event, TokenEvent):
-                        piece = stream.feed(event.token)
-                        pieces.append(piece)
                         counter.on_token()
-                        view.answer_token(piece, event.from_draft)
+                        self._show(answer, answer.feed(event.token), event.from_draft)
                     elif isinstance(event, RoundEvent):
                         counter.on_round(
                             event.n_drafted, event.n_accepted, event.draft_s, event.target_s
@@ -320,10 +340,9 @@ class ChatSession:
         finally:
             events.close()  # stopping early: the generator rolls both contexts back
 
-        tail = stream.flush()
-        pieces.append(tail)
-        view.answer_token(tail, False)
-        answer = "".join(pieces)
+        self._show(answer, answer.finish(), False)
+        if answer.in_thinking:  # cut off while thinking
+            view.thinking_end(answer.n_thinking_tokens)
         interrupted = finish is None
         if finish is None:
             stats = counter.snapshot("interrupted")
@@ -331,7 +350,7 @@ class ChatSession:
         else:
             stats = finish.stats
         stats.n_prompt = len(prompt)
-        self.conversation.add_assistant(answer, interrupted=interrupted)
+        self.conversation.add_assistant(answer.text, interrupted=interrupted)
 
         self.totals.merge(stats)
         n_new = len(prompt) - 1 - reused
@@ -349,16 +368,28 @@ class ChatSession:
             mark=INTERRUPTED_MARK.strip() if interrupted else "",
         )
         turn = Turn(
-            answer,
+            answer.text,
             stats,
             interrupted,
             len(prompt),
             n_new,
             reused,
             target.n_decoded - decoded_before,
+            answer.thinking,
+            answer.n_thinking_tokens,
         )
         self.turns.append(turn)
         return turn
+
+    def _show(self, answer: StreamedAnswer, told: list[tuple[str, str]], from_draft: bool) -> None:
+        """Thinking, dimmed and folded once it ends; the answer coloured by origin."""
+        for kind, text in told:
+            if kind == "thinking":
+                self.view.answer_thinking(text)
+            else:
+                if answer.thinking is not None and not self.view.thinking_folded:
+                    self.view.thinking_end(answer.n_thinking_tokens)
+                self.view.answer_token(text, from_draft)
 
     def _live_status(self, counter: LiveCounter, stopping: bool) -> Any:
         stats = counter.snapshot()
@@ -482,6 +513,8 @@ def chat(
     chat_template: bool,
     record: Path | None = None,
     constraint: Grammar | None = None,
+    reasoning: ReasoningMode = "auto",
+    reasoning_budget: int | None = None,
 ) -> int:
     session = ChatSession(
         engine,
@@ -491,6 +524,8 @@ def chat(
         system=system,
         chat_template=chat_template,
         constraint=constraint,
+        reasoning=reasoning,
+        reasoning_budget=reasoning_budget,
     )
     samples = measure_target_step(engine.target)
     for seconds in samples:

@@ -24,12 +24,15 @@ from specllama.cli.options import (
     GpuLayersDraft,
     MinP,
     PairOpt,
+    ReasoningBudget,
+    ReasoningOpt,
     Remember,
     Rpc,
     Target,
     Threads,
     TopK,
     TopP,
+    reasoning_choice,
 )
 from specllama.engine.sampling import SamplingParams
 from specllama.errors import UsageError
@@ -153,12 +156,15 @@ def serve(
             "this server answers them all with its own); repeat for more.",
         ),
     ] = None,
+    reasoning: ReasoningOpt = "auto",
+    reasoning_budget: ReasoningBudget = -1,
 ) -> None:
     """An OpenAI-compatible HTTP server (chat and text completions) over the pair, with a chat
     page at its address that shows what speculation does."""
     from specllama.server import app as server
 
     defaults = SamplingParams(temperature, top_k, top_p, min_p)
+    mode, budget = reasoning_choice(reasoning, reasoning_budget)
     if api_key is not None and not api_key.strip():
         raise UsageError("--api-key is empty", hint="give a key, or leave the option out")
     config = engine_config(
@@ -192,6 +198,8 @@ def serve(
         allowed_hosts=tuple(allow_host or ()),
         aliases=tuple(alias or ()),
         cache_bytes=(default_cache_mb() if cache_ram is None else cache_ram) * 2**20,
+        reasoning=mode,
+        reasoning_budget=budget,
     )
     console = ui.stderr_console()
     if api_key is None and not is_loopback(host):

@@ -90,6 +90,19 @@ def write_text(text: str) -> None:
     sys.stdout.flush()
 
 
+def write_thinking(text: str, *, end: bool = False) -> None:
+    """A model's thinking, for `run`: on stderr (dimmed where colours are wanted) when it is a
+    terminal, else nowhere: stdout carries only the answer. `end`: the thinking is over."""
+    if not sys.stderr.isatty():
+        return
+    dim = color_wanted(stream=sys.stderr)
+    if text:
+        sys.stderr.write(f"\033[2m{text}\033[0m" if dim else text)
+    if end:
+        sys.stderr.write("\n")
+    sys.stderr.flush()
+
+
 # -- chat: streamed answers coloured by origin, a live stats line, tables ---------------------
 
 DRAFT_STYLE = "green"  # a draft token the target accepted
@@ -178,6 +191,8 @@ class ChatView:
         self._answer = Text()  # the whole answer, for the recorder
         self._status = Text()
         self._last_refresh = 0.0
+        self._thought = Text()  # the thinking's last line, dimmed in the live area
+        self.thinking_folded = False  # the answer's thinking ended, folded into one line
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -270,6 +285,8 @@ class ChatView:
     def answer_begin(self) -> None:
         self._line = Text()
         self._answer = Text()
+        self._thought = Text()
+        self.thinking_folded = False
         self._status = Text("⏵ thinking…", style="dim")
         if self.live_enabled:
             self._live = Live(
@@ -283,7 +300,32 @@ class ChatView:
             self._live.start()
 
     def _live_group(self) -> Group:
+        if self._thought.plain:
+            return Group(self._thought, self._status)
         return Group(self._line, self._status)
+
+    def answer_thinking(self, piece: str) -> None:
+        """The model's thinking as it streams: its last line, dimmed, in the live area only
+        (folded into one line once it ends; `show_thinking` unfolds it)."""
+        if self._live is None:
+            return
+        last = (self._thought.plain + piece).rsplit("\n", 1)[-1]
+        width = max(self.console.width - 1, 20)
+        self._thought = Text(last[-width:] or " ", style="dim italic")
+        self._refresh(force=False)
+
+    def thinking_end(self, n_tokens: int) -> None:
+        """The thinking is over: one dimmed line says how long it was."""
+        self._thought = Text()
+        self.thinking_folded = True
+        line = Text(f"▸ thought for {n_tokens} tokens (/thinking shows it)", style="dim")
+        self._print(line)
+        if self._live is not None:
+            self._refresh()
+
+    def show_thinking(self, text: str) -> None:
+        """The last answer's thinking, unfolded."""
+        self._print(Text(text, style="dim italic"), soft_wrap=True)
 
     def answer_token(self, piece: str, from_draft: bool) -> None:
         if not piece:
