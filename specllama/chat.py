@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from specllama.chat_template import (
     compiled_template,
     shape_messages,
     template_needs,
+    template_variables,
 )
 from specllama.errors import SpecllamaError
 
@@ -84,6 +86,8 @@ def render_chat(
     variables for the template (a request's `chat_template_kwargs`: `enable_thinking`...)."""
     # Fresh copies: the template may change what it is given (see chat_template).
     extra = copy.deepcopy({**(template_kwargs or {}), **({"tools": tools} if tools else {})})
+    if tools and "tools" not in template_variables(template):
+        messages = with_tools_described(messages, tools)
     try:
         return compiled_template(template).render(
             messages=_template_messages(template, messages),
@@ -108,6 +112,19 @@ def _template_messages(template: str, messages: list[Message]) -> list[dict[str,
     needs = template_needs(template)
     dicts = [m.as_dict(text_arguments=needs.text_arguments) for m in messages]
     return shape_messages(dicts, needs)
+
+
+TOOLS_PREAMBLE = "You can call any of the following tools to satisfy the user's requests: "
+
+
+def with_tools_described(messages: list[Message], tools: list[dict[str, Any]]) -> list[Message]:
+    """For a template that writes calls but never shows the tools (DeepSeek V3.1's): the tools
+    described in the system message, as llama.cpp's fallback does."""
+    described = TOOLS_PREAMBLE + json.dumps(tools, ensure_ascii=False)
+    if messages and messages[0].role == "system":
+        system = f"{messages[0].content}\n\n{described}"
+        return [dataclasses.replace(messages[0], content=system), *messages[1:]]
+    return [Message("system", described), *messages]
 
 
 def plain_prompt(messages: list[Message]) -> str:

@@ -5,11 +5,15 @@ as a `message`, whole or as its event stream, and errors in Anthropic's envelope
 
 A conversation's blocks become the chat template's messages: text joins into one message per
 turn; an assistant's `tool_use` blocks are its tool calls and a user's `tool_result` blocks the
-tool messages before its text (as OpenAI's tool messages, which the templates know); thinking
-blocks passed back are dropped, as the templates drop earlier reasoning. Images and documents
-are refused by name. Fields current clients send that mean nothing here (`cache_control`,
-`metadata`, `service_tier`, `output_config`, `context_management`, `thinking`) are accepted and
-ignored; any other unknown field is refused, as Anthropic's API refuses it.
+tool messages before its text (as OpenAI's tool messages, which the templates know); its
+`thinking` blocks passed back are its reasoning (templates that keep it render it, and the prompt
+then matches the cache), `redacted_thinking` (encrypted for Anthropic's servers) is dropped. An
+image or a document
+stands as a placeholder ([image], [document]) in an earlier message, and is refused in the last
+one (see request.Attachments). `output_config.format` (a JSON Schema for the answer) and a
+tool's `strict` go to the constraint. Fields current clients send that mean nothing here
+(`cache_control`, `metadata`, `service_tier`, `output_config.effort`, `context_management`) are
+accepted and ignored; any other unknown field is refused, as Anthropic's API refuses it.
 """
 
 from __future__ import annotations
@@ -20,10 +24,13 @@ from collections.abc import Callable
 from typing import Any
 
 from specllama.chat import Message, ToolCall
-from specllama.reasoning import ThinkingSplit, split_thinking
+from specllama.engine.constraint import ConstraintSpec
+from specllama.family.pieces import Piece, Reading
+from specllama.family.reader import read_whole
 from specllama.server.fields import ApiError, Fields, off, unsupported
 from specllama.server.queue import Done, Text
 from specllama.server.request import (
+    Attachments,
     GenerationRequest,
     check_choice,
     extension,
@@ -33,17 +40,18 @@ from specllama.server.request import (
     unique_tools,
 )
 from specllama.server.wire import Event, Served, Wire, specllama_stats
-from specllama.tool_calls import CallStream, Delta, Parsed, Tool, parse_answer
+from specllama.tool_calls import Tool
 
 PATH = "/v1/messages"
 ROLES = ("user", "assistant", "system")  # "system" mid-conversation: Claude Code sends it
 TOOL_CHOICES = {"auto": "auto", "any": "required", "tool": "function", "none": "none"}
 # Request fields without a local meaning: prompt caching is automatic here (the KV cache and
 # the memory), there is no billing or tier, and the context is managed by the client.
-IGNORED = ("metadata", "service_tier", "output_config", "context_management", "thinking")
+IGNORED = ("metadata", "service_tier", "context_management")
 NEUTRAL = {"mcp_servers": off, "container": off}
 BLOCK_IGNORED = ("cache_control", "citations")
-TOOL_IGNORED = ("cache_control", "defer_loading", "strict", "input_examples")
+ATTACHMENTS = ("image", "document")  # blocks that stand as a placeholder (request.Attachments)
+TOOL_IGNORED = ("cache_control", "defer_loading", "input_examples")
 # Claude Code's first system block carries its billing stamp, which changes with every request
 # (cch=...): metadata for Anthropic's servers, and a prompt that is new each time to a cache.
 BILLING_HEADER = "x-anthropic-billing-header:"
@@ -98,6 +106,8 @@ def _conversation(fields: Fields, **specific: Any) -> GenerationRequest:
     tools = _tools(fields.get("tools", list, "an array"))
     choice, forced, parallel = _tool_choice(fields.get("tool_choice", dict, "an object"))
     check_choice(choice, forced, tools, "tool_choice", "tool_choice.name")
+    reasoning, budget = _thinking(fields.get("thinking", dict, "an object"))
+    rule = _output_format(fields.get("output_config", dict, "an object"))
     fields.read.update(IGNORED)
     asked = GenerationRequest(
         model=fields.get("model", str, "a string", required=True),
@@ -109,10 +119,54 @@ def _conversation(fields: Fields, **specific: Any) -> GenerationRequest:
         tool_choice=choice,
         forced_function=forced,
         parallel_tool_calls=parallel,
+        reasoning=reasoning,
+        reasoning_budget=budget,
+        rule=rule,
+        rule_param="output_config.format" if rule is not None else None,
         **specific,
     )
     fields.refuse_unread()
     return asked.checked()
+
+
+def _thinking(value: dict[str, Any] | None) -> tuple[str | None, int | None]:
+    """`thinking`: enabled (with its budget of tokens), disabled, or adaptive (the server's
+    choice)."""
+    if value is None:
+        return None, None
+    given = Fields(value, "thinking")
+    kind = given.get("type", str, "a string", required=True)
+    budget = given.int("budget_tokens", minimum=0)
+    given.read.update(("display",))
+    given.refuse_unread()
+    if kind not in ("enabled", "disabled", "adaptive"):
+        message = f"thinking.type: expected 'enabled', 'disabled' or 'adaptive', got {kind!r}"
+        raise ApiError(400, message, param="thinking.type", code="invalid_value")
+    if kind == "disabled":
+        return "off", None
+    return ("on" if kind == "enabled" else None), budget
+
+
+def _output_format(value: dict[str, Any] | None) -> ConstraintSpec | None:
+    """`output_config`: its `format`, {"type": "json_schema", "schema": {...}}, is the answer's
+    rule; its `effort` is the model's own here (as anything else it may come to hold)."""
+    if value is None:
+        return None
+    given = Fields(value, "output_config").get("format", dict, "an object")
+    if given is None:
+        return None
+    format_ = Fields(given, "output_config.format")
+    kind = format_.get("type", str, "a string", required=True)
+    if kind != "json_schema":
+        raise ApiError(
+            400,
+            f"Invalid value for 'output_config.format.type': {kind!r}; expected 'json_schema'.",
+            param="output_config.format.type",
+            code="invalid_value",
+        )
+    schema = format_.get("schema", dict, "an object", required=True)
+    format_.refuse_unread()
+    return ConstraintSpec.json_schema(schema)
 
 
 def _system(value: str | list[Any] | None) -> tuple[Message, ...]:
@@ -123,15 +177,19 @@ def _system(value: str | list[Any] | None) -> tuple[Message, ...]:
     return (Message("system", text),) if text else ()
 
 
-def _texts(blocks: list[Any], where: str) -> list[str]:
-    """Text blocks (a system prompt, a tool's result): their texts."""
+def _texts(blocks: list[Any], where: str, attachments: Attachments.Turn | None = None) -> list[str]:
+    """Text blocks (a system prompt, a tool's result): their texts; images and documents in a
+    message (`attachments`) stand as placeholders."""
     texts = []
     for i, item in enumerate(blocks):
         block = Fields(item, f"{where}[{i}]")
         kind = block.get("type", str, "a string", required=True)
-        if kind != "text":
+        if kind in ATTACHMENTS and attachments is not None:
+            texts.append(attachments.placeholder(kind, f"{where}[{i}].type"))
+        elif kind != "text":
             raise _not_text(kind, f"{where}[{i}].type")
-        texts.append(_text(block))
+        else:
+            texts.append(_text(block))
     return texts
 
 
@@ -160,6 +218,7 @@ def _messages(items: list[Any]) -> list[Message]:
         )
     messages: list[Message] = []
     called: set[str] = set()  # the ids of the tool_use blocks so far
+    attachments = Attachments()
     for i, item in enumerate(items):
         fields = Fields(item, f"messages[{i}]")
         role = fields.one_of("role", ROLES)
@@ -170,29 +229,37 @@ def _messages(items: list[Any]) -> list[Message]:
         if isinstance(content, str):
             messages.append(Message(role, content))
         else:
-            messages += _turn(role, content, f"messages[{i}].content", called)
+            messages += _turn(role, content, f"messages[{i}].content", called, attachments.at(i))
+    attachments.refuse_in(len(items) - 1)
     return messages
 
 
-def _turn(role: str, blocks: list[Any], where: str, called: set[str]) -> list[Message]:
+def _turn(
+    role: str, blocks: list[Any], where: str, called: set[str], attachments: Attachments.Turn
+) -> list[Message]:
     """One turn's blocks: the tool results it carries, then its text (and an assistant's
     calls) as one message."""
     texts: list[str] = []
     calls: list[ToolCall] = []
     results: list[Message] = []
+    thoughts: list[str] = []
     for j, item in enumerate(blocks):
         at = f"{where}[{j}]"
         block = Fields(item, at)
         kind = block.get("type", str, "a string", required=True)
         if kind == "text":
             texts.append(_text(block))
+        elif kind in ATTACHMENTS:
+            texts.append(attachments.placeholder(kind, f"{at}.type"))
         elif kind == "tool_use" and role == "assistant":
             calls.append(_tool_use(block))
             called.add(calls[-1].id)
         elif kind == "tool_result" and role == "user":
-            results.append(_tool_result(block, at, called))
-        elif kind in ("thinking", "redacted_thinking") and role == "assistant":
-            continue  # earlier reasoning: the templates leave it out too
+            results.append(_tool_result(block, at, called, attachments))
+        elif kind == "thinking" and role == "assistant":
+            thoughts.append(_thinking_block(block))
+        elif kind == "redacted_thinking" and role == "assistant":
+            continue  # only Anthropic's servers can read it
         elif kind in ("tool_use", "tool_result", "thinking", "redacted_thinking"):
             raise ApiError(
                 400,
@@ -202,8 +269,18 @@ def _turn(role: str, blocks: list[Any], where: str, called: set[str]) -> list[Me
             )
         else:
             raise _unknown_block(kind, f"{at}.type")
-    turn = [Message(role, "\n".join(texts), tool_calls=tuple(calls))] if texts or calls else []
-    return results + turn
+    if not (texts or calls or thoughts):
+        return results
+    reasoning = "\n".join(t for t in thoughts if t) or None
+    return [*results, Message(role, "\n".join(texts), tool_calls=tuple(calls), reasoning=reasoning)]
+
+
+def _thinking_block(block: Fields) -> str:
+    """A thinking block's text (its signature is for Anthropic's servers)."""
+    text = block.get("thinking", str, "a string", required=True)
+    block.read.update(("signature", *BLOCK_IGNORED))
+    block.refuse_unread()
+    return text
 
 
 def _unknown_block(kind: str, param: str) -> ApiError:
@@ -227,7 +304,9 @@ def _tool_use(block: Fields) -> ToolCall:
     return ToolCall(call_id, name, json.dumps(arguments, ensure_ascii=False))
 
 
-def _tool_result(block: Fields, where: str, called: set[str]) -> Message:
+def _tool_result(
+    block: Fields, where: str, called: set[str], attachments: Attachments.Turn
+) -> Message:
     call_id = block.get("tool_use_id", str, "a string", required=True)
     if call_id not in called:
         raise ApiError(
@@ -238,7 +317,9 @@ def _tool_result(block: Fields, where: str, called: set[str]) -> Message:
         )
     content = block.get("content", (str, list), "a string or an array of text blocks")
     texts = (
-        [content or ""] if not isinstance(content, list) else _texts(content, f"{where}.content")
+        [content or ""]
+        if not isinstance(content, list)
+        else _texts(content, f"{where}.content", attachments)
     )
     failed = block.get("is_error", bool, "a boolean")
     block.read.update(BLOCK_IGNORED)
@@ -261,9 +342,10 @@ def _tool(item: object, where: str) -> Tool:
     name = function_name(fields, f"{where}.name", longest=128)
     description = fields.get("description", str, "a string")
     schema = fields.get("input_schema", dict, "an object", required=True)
+    strict = bool(fields.get("strict", bool, "a boolean"))
     fields.read.update(TOOL_IGNORED)
     fields.refuse_unread()
-    return Tool(name, description, schema)
+    return Tool(name, description, schema, strict)
 
 
 def _tool_choice(value: dict[str, Any] | None) -> tuple[str, str | None, bool]:
@@ -291,8 +373,8 @@ def usage(done: Done) -> dict[str, Any]:
     }
 
 
-def stop_reason(done: Done, parsed: Parsed | None) -> str:
-    if parsed is not None and parsed.calls and not parsed.broken:
+def stop_reason(done: Done, reading: Reading | None) -> str:
+    if reading is not None and reading.calls and not reading.broken:
         return "tool_use"
     if done.stop_sequence is not None:
         return "stop_sequence"
@@ -302,17 +384,14 @@ def stop_reason(done: Done, parsed: Parsed | None) -> str:
 class MessageAnswer:
     """A `message`, whole or as its events: message_start, ping, each content block's start,
     deltas (thinking_delta, text_delta, input_json_delta) and stop, message_delta,
-    message_stop. A model whose template knows thinking tags gives its thinking as a
-    `thinking` block (with an empty signature, as llama-server gives it) before the answer."""
+    message_stop. A model that thinks gives its thinking as a `thinking` block (with an empty
+    signature, as llama-server gives it) before the answer."""
 
     def __init__(self, asked: GenerationRequest, served: Served) -> None:
         self.id = f"msg_{uuid.uuid4().hex[:24]}"
         self.model = served.model
         self.n_prompt = served.n_prompt
-        self.tool_format = served.tool_format
-        self.thinking = served.thinking
-        self._calls = CallStream(served.tool_format) if served.tool_format is not None else None
-        self._split = ThinkingSplit(inside=served.thinking) if served.thinking is not None else None
+        self._reader = served.reader()
         self._index = -1  # the last block's index
         self._open: str | None = None  # the type of that block while it is open
 
@@ -336,41 +415,26 @@ class MessageAnswer:
         ]
 
     def text(self, output: Text) -> list[Event]:
-        if self._split is None:
-            return self._said(output.text)
-        return self._pieces(self._split.feed(output.text))
+        return self._events(self._reader.feed(output.text))
 
-    def _pieces(self, pieces: list[tuple[str, str]]) -> list[Event]:
-        """Thinking goes into its block; the rest is the answer."""
+    def _events(self, pieces: list[Piece]) -> list[Event]:
         events: list[Event] = []
-        for kind, piece in pieces:
-            if kind == "thinking":
-                if self._open != "thinking":
-                    events += self._start({"type": "thinking", "thinking": ""})
-                events.append(self._delta({"type": "thinking_delta", "thinking": piece}))
-            else:
-                events += self._said(piece)
-        return events
-
-    def _said(self, text: str) -> list[Event]:
-        if self._calls is None:
-            return self._events([Delta(content=text)])
-        return self._events(self._calls.feed(text))
-
-    def _events(self, deltas: list[Delta]) -> list[Event]:
-        events: list[Event] = []
-        for delta in deltas:
-            if delta.call is not None:
-                call = delta.call
+        for piece in pieces:
+            if piece.call is not None:
+                call = piece.call
                 events += self._start({"type": "tool_use", "id": call.id, "name": call.name})
                 events.append(
                     self._delta({"type": "input_json_delta", "partial_json": call.arguments})
                 )
                 events += self._stop()
-            elif delta.content:
+            elif piece.kind == "thinking":
+                if self._open != "thinking":
+                    events += self._start({"type": "thinking", "thinking": ""})
+                events.append(self._delta({"type": "thinking_delta", "thinking": piece.text}))
+            elif piece.text:
                 if self._open != "text":
                     events += self._start({"type": "text", "text": ""})
-                events.append(self._delta({"type": "text_delta", "text": delta.content}))
+                events.append(self._delta({"type": "text_delta", "text": piece.text}))
         return events
 
     def _start(self, block: dict[str, Any]) -> list[Event]:
@@ -397,11 +461,9 @@ class MessageAnswer:
         return [*events, ("content_block_stop", stop)]
 
     def final(self, done: Done) -> list[Event]:
-        events = self._pieces(self._split.finish()) if self._split is not None else []
-        if self._calls is not None:
-            events += self._events(self._calls.finish())
-        parsed = self._calls.result() if self._calls is not None else None
-        ending = {"stop_reason": stop_reason(done, parsed), "stop_sequence": done.stop_sequence}
+        events = self._events(self._reader.finish())
+        reading = self._reader.result()
+        ending = {"stop_reason": stop_reason(done, reading), "stop_sequence": done.stop_sequence}
         delta = {"type": "message_delta", "delta": ending, "usage": usage(done)}
         delta["specllama"] = specllama_stats(done)
         return [
@@ -418,20 +480,17 @@ class MessageAnswer:
         return ""
 
     def whole(self, text: str, done: Done) -> dict[str, Any]:
+        reading = read_whole(self._reader, text)
         content: list[dict[str, Any]] = []
-        if self.thinking is not None:
-            thought, text = split_thinking(text, inside=self.thinking)
-            if thought is not None:
-                content.append({"type": "thinking", "thinking": thought, "signature": ""})
-        parsed = parse_answer(self.tool_format, text) if self.tool_format is not None else None
-        said = parsed.content if parsed is not None else text
-        content += [{"type": "text", "text": said}] if said else []
-        for call in parsed.calls if parsed is not None else []:
+        if reading.thinking is not None:
+            content.append({"type": "thinking", "thinking": reading.thinking, "signature": ""})
+        content += [{"type": "text", "text": reading.content}] if reading.content else []
+        for call in reading.calls:
             use = {"type": "tool_use", "id": call.id, "name": call.name}
             content.append({**use, "input": json.loads(call.arguments)})
         message = self._message(
             content,
-            stop_reason=stop_reason(done, parsed),
+            stop_reason=stop_reason(done, reading),
             stop_sequence=done.stop_sequence,
             usage=usage(done),
         )

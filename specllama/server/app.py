@@ -41,6 +41,7 @@ from starlette.routing import Route
 
 from specllama.engine.sampling import SamplingParams
 from specllama.errors import SpecllamaError
+from specllama.family.thinking import ReasoningMode
 from specllama.server import anthropic, openai_chat, openai_responses
 from specllama.server.fields import ApiError, parse_json
 from specllama.server.guard import Guard, host_names
@@ -66,6 +67,7 @@ MAX_BODY_BYTES = 8 * 1024 * 1024
 RETRY_AFTER_S = 1
 GRACEFUL_SHUTDOWN_S = 2  # then a streaming answer is cancelled, so Ctrl-C never hangs
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+FULL_CONTEXT = "context_length_exceeded"  # the code of a prompt the context cannot hold
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,8 @@ class Settings:
     allowed_hosts: tuple[str, ...] = ()  # names besides host, localhost and this machine's
     aliases: tuple[str, ...] = ()  # more names /v1/models lists (--alias)
     cache_bytes: int = 0  # the prompt cache's bound (--cache-ram); 0: off
+    reasoning: ReasoningMode = "auto"  # thinking on, off, or as the template has it (--reasoning)
+    reasoning_budget: int | None = None  # most thinking tokens (--reasoning-budget); None: any
 
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -91,7 +95,9 @@ class Api:
         self.queue = queue
         self.settings = settings
         self.created = int(engine.config.target.stat().st_mtime)
-        self.preparer = Preparer(engine, settings.model_id)
+        self.preparer = Preparer(
+            engine, settings.model_id, settings.reasoning, settings.reasoning_budget
+        )
 
     # -- routes -----------------------------------------------------------------------------
 
@@ -253,7 +259,16 @@ class Api:
         prepared = await run_in_threadpool(self.preparer.prepare, asked)
         prompt = prepared.prompt
         params = asked.sampling_params(self.settings.defaults)
-        max_tokens = self.preparer.max_tokens(prompt, asked)
+        try:
+            max_tokens = self.preparer.max_tokens(prompt, asked)
+        except ApiError as exc:
+            if not (asked.stream and wire.fails_in_stream and exc.code == FULL_CONTEXT):
+                raise
+            served = Served(self.settings.model_id, prepared.reader, len(prompt))
+            answer = wire.answer(asked, served)
+            failed = [*answer.opening(), *answer.failure(exc)]
+            events = iter([*map(sse, failed), answer.closing()])
+            return StreamingResponse(events, media_type="text/event-stream", headers=SSE_HEADERS)
         work = Work(
             prompt,
             params,
@@ -262,15 +277,15 @@ class Api:
             asked.drafter,
             prepared.constraint,
             prepared.prediction,
+            prepared.markers,
+            prepared.thinking_budget,
         )
         job = Job(work)
         try:
             self.queue.submit(job)
         except QueueFull:
             raise self._busy() from None
-        served = Served(
-            self.settings.model_id, prepared.tool_format, len(prompt), prepared.thinking
-        )
+        served = Served(self.settings.model_id, prepared.reader, len(prompt))
         answer = wire.answer(asked, served)
         if asked.stream:
             return StreamingResponse(

@@ -4,7 +4,8 @@ Every mistake a client can make is an ApiError: its HTTP status, a message that 
 parameter, and a code; each wire format writes it in its own envelope (OpenAI's
 {"error": {...}}, Anthropic's {"type": "error", "error": {...}}). A parameter specllama cannot
 honour is refused by name, never ignored: only its "off" value (null, false, 0, empty, n = 1)
-is accepted, as clients often send those.
+is accepted, as clients often send those. A field sent as null is as if it were absent, as the
+SDKs send what their caller left unset.
 """
 
 from __future__ import annotations
@@ -14,6 +15,10 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 Neutral = dict[str, Callable[[object], bool]]  # a parameter -> whether a value of it is "off"
+# How deep a body's arrays and objects may nest. Python's own JSON reader stops near 1000 levels
+# with a RecursionError, and what reads a body afterwards (schemas, templates) recurses too;
+# real requests nest a few dozen levels at most (OpenAI allows JSON Schemas 10 levels deep).
+MAX_DEPTH = 128
 
 
 class ApiError(Exception):
@@ -67,7 +72,34 @@ def parse_json(raw: bytes) -> dict[str, Any]:
             f"We could not parse the JSON body of your request: {exc}",
             code="invalid_json",
         ) from None
+    except RecursionError:
+        raise _too_deep() from None
+    if _depth(body) > MAX_DEPTH:
+        raise _too_deep()
     return Fields(body).object
+
+
+def _too_deep() -> ApiError:
+    return ApiError(
+        400,
+        f"The JSON body of your request nests arrays and objects more than {MAX_DEPTH} levels "
+        "deep.",
+        code="invalid_json",
+    )
+
+
+def _depth(value: object) -> int:
+    """How deep arrays and objects nest in `value` (a scalar: 0), without recursion."""
+    deepest, pending = 0, [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        if not isinstance(item, dict | list):
+            continue
+        deepest = max(deepest, depth)
+        if depth <= MAX_DEPTH:  # deeper is refused anyway: no need to walk on
+            children = item.values() if isinstance(item, dict) else item
+            pending.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 class Fields:
@@ -95,7 +127,7 @@ class Fields:
     def refuse_unread(self) -> None:
         """Refuse every field not read, except the API's parameters at their off value."""
         for name, value in self.object.items():
-            if name in self.read:
+            if name in self.read or value is None:  # null: as if it were not sent
                 continue
             if name in self._neutral:
                 if self._neutral[name](value):

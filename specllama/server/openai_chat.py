@@ -8,7 +8,10 @@ value (null, false, 0, empty, n = 1) is accepted, as clients often send those.
 
 Function tools (`tools`, `tool_choice`, `parallel_tool_calls`, assistant `tool_calls` and
 `tool` messages) and output rules (`response_format`, and llama-server's `grammar`, GBNF) are
-read here into plain values; the server decides what the model's template makes of them.
+read here into plain values; the server decides what the model's template makes of them. An
+assistant message's `reasoning_content` (llama-server's field; `reasoning` as some clients send
+it) is the thinking of that earlier answer: templates that keep it render it, and the prompt
+then begins with what the model wrote, which the cache holds.
 
 Each answer also carries a `specllama` object: what speculation did for it (drafted, accepted,
 acceptance rate, tokens/s, rounds, finish reason, prompt tokens reused from the KV cache). In a
@@ -31,21 +34,27 @@ from typing import Any
 
 from specllama.chat import Message, ToolCall
 from specllama.engine.constraint import ConstraintSpec
+from specllama.family.pieces import Piece, Reading
+from specllama.family.reader import read_whole
 from specllama.server.fields import ApiError, Fields, Neutral, invalid_type, off, unsupported
 from specllama.server.queue import Done, Text
 from specllama.server.request import (
+    PLACEHOLDERS,
+    Attachments,
     GenerationRequest,
     check_choice,
     extension,
     function_name,
     json_format,
+    reasoning_from,
     sampling,
     stops,
+    template_kwargs,
     tool_choice,
     unique_tools,
 )
 from specllama.server.wire import Event, Served, Wire, specllama_stats
-from specllama.tool_calls import CallStream, Delta, Parsed, Tool, parse_answer
+from specllama.tool_calls import Tool
 
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # the OpenAI reference's default for /v1/completions
 
@@ -69,7 +78,6 @@ NEUTRAL: Neutral = {
     "function_call": lambda v: off(v) or v in ("none", "auto"),
     "modalities": lambda v: off(v) or v == ["text"],
     "audio": off,
-    "reasoning_effort": off,
     "web_search_options": off,
 }
 ROLES = {
@@ -79,8 +87,6 @@ ROLES = {
     "assistant": "assistant",
     "tool": "tool",
 }
-# Message fields a client echoes back from an answer (the openai package does): only null.
-MESSAGE_NEUTRAL = ("refusal", "audio", "function_call", "annotations", "name")
 
 
 def parse_chat(body: dict[str, Any]) -> GenerationRequest:
@@ -94,8 +100,12 @@ def parse_chat(body: dict[str, Any]) -> GenerationRequest:
     )
     check_choice(choice, forced, tools, "tool_choice", "tool_choice.function.name")
     parallel = fields.get("parallel_tool_calls", bool, "a boolean")
+    kwargs = template_kwargs(fields.get("chat_template_kwargs", dict, "an object"))
+    reasoning = reasoning_from(fields.get("reasoning_effort", str, "a string"), kwargs)
     return _request(
         fields,
+        template_kwargs=kwargs,
+        reasoning=reasoning,
         max_tokens=older if newer is None else newer,
         messages=messages,
         tools=tools,
@@ -252,10 +262,15 @@ def _messages(items: list[Any]) -> tuple[Message, ...]:
         raise ApiError(
             400, "'messages' must hold at least one message", param="messages", code="invalid_value"
         )
-    return tuple(_message(item, f"messages[{i}]") for i, item in enumerate(items))
+    attachments = Attachments()
+    messages = tuple(
+        _message(item, f"messages[{i}]", i, attachments) for i, item in enumerate(items)
+    )
+    attachments.refuse_in(len(items) - 1)
+    return messages
 
 
-def _message(item: object, where: str) -> Message:
+def _message(item: object, where: str, turn: int, attachments: Attachments) -> Message:
     fields = Fields(item, where)
     role = fields.get("role", str, "a string", required=True)
     if role == "function":
@@ -269,12 +284,13 @@ def _message(item: object, where: str) -> Message:
         )
     content = fields.get("content", (str, list), "a string or an array of content parts")
     calls = _message_calls(fields, where) if role == "assistant" else ()
+    reasoning = _reasoning(fields) if role == "assistant" else None
     call_id = fields.get("tool_call_id", str, "a string", required=True) if role == "tool" else None
     if role == "tool":
         fields.get("name", str, "a string")  # the function's name, which some clients add
     for name, value in fields.object.items():
         if name not in ("role", "content", "tool_calls", "tool_call_id") and not (
-            name in fields.read or (name in MESSAGE_NEUTRAL and value is None)
+            name in fields.read or value is None
         ):
             raise unsupported(f"{where}.{name}", f"'{name}' in a message")
     if content is None and role != "assistant":
@@ -284,8 +300,16 @@ def _message(item: object, where: str) -> Message:
             param=f"{where}.content",
             code="missing_required_parameter",
         )
-    text = _text_content(content, f"{where}.content")
-    return Message(ROLES[role], text, tool_calls=calls, tool_call_id=call_id)
+    text = _text_content(content, f"{where}.content", attachments.at(turn))
+    return Message(ROLES[role], text, tool_calls=calls, tool_call_id=call_id, reasoning=reasoning)
+
+
+def _reasoning(fields: Fields) -> str | None:
+    """An earlier answer's thinking passed back: llama-server's `reasoning_content`, or the
+    `reasoning` some clients send (OpenRouter's field). Empty is none, as llama.cpp has it."""
+    given = fields.get("reasoning_content", str, "a string")
+    other = fields.get("reasoning", str, "a string")
+    return given or other or None
 
 
 def _message_calls(fields: Fields, where: str) -> tuple[ToolCall, ...]:
@@ -308,17 +332,25 @@ def _message_calls(fields: Fields, where: str) -> tuple[ToolCall, ...]:
     return tuple(calls)
 
 
-def _text_content(content: str | list[Any] | None, where: str) -> str:
-    """A message's content: a string, or content parts of which only text can be served."""
+def _text_content(
+    content: str | list[Any] | None,
+    where: str,
+    attachments: Attachments.Turn | None = None,
+) -> str:
+    """A message's content: a string, or content parts of which only text can be served; an
+    image or a file in a conversation (`attachments`) stands as a placeholder."""
     if content is None or isinstance(content, str):
         return content or ""
     texts = []
     for i, part in enumerate(content):
         fields = Fields(part, f"{where}[{i}]")
         kind = fields.get("type", str, "a string", required=True)
-        if kind != "text":
+        if kind in PLACEHOLDERS and attachments is not None:
+            texts.append(attachments.placeholder(kind, f"{where}[{i}]"))
+        elif kind != "text":
             raise unsupported(f"{where}[{i}]", f"content of type '{kind}' (text only)")
-        texts.append(fields.get("text", str, "a string", required=True))
+        else:
+            texts.append(fields.get("text", str, "a string", required=True))
     return "\n".join(texts)
 
 
@@ -357,14 +389,14 @@ def usage(done: Done) -> dict[str, Any]:
 
 
 class ChatAnswer:
-    """The bodies of one answer: a chat.completion or a text_completion."""
+    """The bodies of one answer: a chat.completion or a text_completion. A chat's thinking
+    goes to `reasoning_content` and its calls to `tool_calls`, as llama-server writes them."""
 
     def __init__(self, asked: GenerationRequest, served: Served, *, chat: bool) -> None:
         self.chat = chat
         self.model = served.model
         self.include_usage = asked.include_usage
-        self.tool_format = served.tool_format  # the answer is read for calls in this syntax
-        self._calls = CallStream(served.tool_format) if served.tool_format is not None else None
+        self._reader = served.reader() if chat else None  # a text completion is text as it is
         self.id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
         self.created = int(time.time())
 
@@ -383,58 +415,56 @@ class ChatAnswer:
             body["usage"] = None
         return None, body
 
-    def _choice(self, text: str | None, finish_reason: str | None) -> dict[str, Any]:
+    def _choice(self, delta: dict[str, Any], finish_reason: str | None) -> dict[str, Any]:
         if self.chat:
-            delta = {} if text is None else {"content": text}
             return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
-        return {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish_reason}
+        text = delta.get("content") or ""
+        return {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
 
     def opening(self) -> list[Event]:
         """Chat streams begin by naming the role, before any text."""
         if not self.chat:
             return []
-        choice = self._choice("", None)
-        choice["delta"] = {"role": "assistant", **choice["delta"]}
-        return [self._chunk([choice])]
+        return [self._chunk([self._choice({"role": "assistant", "content": ""}, None)])]
 
     def text(self, output: Text) -> list[Event]:
         """The chunks for a piece of the answer; its tokens and figures ride on the first."""
-        if self._calls is None:
-            chunks = [self._chunk([self._choice(output.text, None)])]
+        if self._reader is None:
+            chunks = [self._chunk([self._choice({"content": output.text}, None)])]
         else:
-            chunks = [c for d in self._calls.feed(output.text) for c in self._delta_chunks(d)]
-            chunks = chunks or [self._chunk([self._choice(None, None)])]
+            chunks = [c for p in self._reader.feed(output.text) for c in self._piece_chunks(p)]
+            chunks = chunks or [self._chunk([self._choice({}, None)])]
         chunks[0][1]["specllama"] = {
             "tokens": [list(piece) for piece in output.pieces],
             **output.progress,
         }
         return chunks
 
-    def _delta_chunks(self, delta: Delta) -> list[Event]:
-        """A content delta; or a call's two, as OpenAI streams a call: its index, id, type and
-        name with empty arguments, then the arguments."""
-        if delta.call is None:
-            return [self._chunk([self._choice(delta.content, None)])]
-        call, index = delta.call, delta.index
+    def _piece_chunks(self, piece: Piece) -> list[Event]:
+        """Thinking or text; or a call's two chunks, as OpenAI streams a call: its index, id,
+        type and name with empty arguments, then the arguments."""
+        if piece.call is None:
+            field = "reasoning_content" if piece.kind == "thinking" else "content"
+            return [self._chunk([self._choice({field: piece.text}, None)])]
+        call, index = piece.call, piece.index
         named = {"index": index, **_call_body(call)}
         named["function"] = {"name": call.name, "arguments": ""}
         arguments = {"index": index, "function": {"arguments": call.arguments}}
         return [self._tool_chunk(named), self._tool_chunk(arguments)]
 
     def _tool_chunk(self, call_delta: dict[str, Any]) -> Event:
-        choice = self._choice(None, None)
-        choice["delta"] = {"tool_calls": [call_delta]}
-        return self._chunk([choice])
+        return self._chunk([self._choice({"tool_calls": [call_delta]}, None)])
 
     def final(self, done: Done) -> list[Event]:
         """Calls and text still held, the chunk with the finish reason (and the stats), then
         usage if it was asked for."""
         held: list[Event] = []
-        if self._calls is not None:
-            for delta in self._calls.finish():
-                held += self._delta_chunks(delta)
-        parsed = self._calls.result() if self._calls is not None else None
-        finish = self._chunk([self._choice(None, finish_reason(done, parsed))])
+        reading = None
+        if self._reader is not None:
+            for piece in self._reader.finish():
+                held += self._piece_chunks(piece)
+            reading = self._reader.result()
+        finish = self._chunk([self._choice({}, finish_reason(done, reading))])
         finish[1]["specllama"] = specllama_stats(done)
         if not self.include_usage:
             return [*held, finish]
@@ -450,28 +480,28 @@ class ChatAnswer:
         return "data: [DONE]\n\n"
 
     def whole(self, text: str, done: Done) -> dict[str, Any]:
-        parsed = None
-        if self.chat:
-            message: dict[str, Any] = {"role": "assistant", "content": text, "refusal": None}
-            if self.tool_format is not None:
-                parsed = parse_answer(self.tool_format, text)
-                message["content"] = parsed.content
-                if parsed.calls:
-                    message["tool_calls"] = [_call_body(call) for call in parsed.calls]
-            choice = {"index": 0, "message": message, "logprobs": None}
-            obj = "chat.completion"
-        else:
+        if self._reader is None:
             choice = {"index": 0, "text": text, "logprobs": None}
-            obj = "text_completion"
-        choice["finish_reason"] = finish_reason(done, parsed)
-        body = self._body(obj, [choice])
+            choice["finish_reason"] = finish_reason(done, None)
+            body = self._body("text_completion", [choice])
+            return {**body, "usage": usage(done), "specllama": specllama_stats(done)}
+        reading = read_whole(self._reader, text)
+        message: dict[str, Any] = {"role": "assistant", "content": reading.content}
+        if reading.thinking is not None:
+            message["reasoning_content"] = reading.thinking
+        message["refusal"] = None
+        if reading.calls:
+            message["tool_calls"] = [_call_body(call) for call in reading.calls]
+        choice = {"index": 0, "message": message, "logprobs": None}
+        choice["finish_reason"] = finish_reason(done, reading)
+        body = self._body("chat.completion", [choice])
         return {**body, "usage": usage(done), "specllama": specllama_stats(done)}
 
 
-def finish_reason(done: Done, parsed: Parsed | None) -> str:
+def finish_reason(done: Done, reading: Reading | None) -> str:
     """ "tool_calls" when the answer holds whole calls and no broken one; else the
     generation's own reason (a call cut by max_tokens ends with "length", its text as content)."""
-    if parsed is not None and parsed.calls and not parsed.broken:
+    if reading is not None and reading.calls and not reading.broken:
         return "tool_calls"
     return done.finish_reason
 

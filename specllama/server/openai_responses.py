@@ -6,9 +6,11 @@ response.function_call_arguments.delta, ..., response.completed).
 Stateless: nothing is stored (`store` is accepted either way), so a `previous_response_id` is
 refused by name; a client sends the whole conversation in `input`, as Codex does. Input items:
 messages (text parts), `function_call` and `function_call_output` items (an assistant's calls
-and their results), and `reasoning` items passed back (dropped: the templates leave earlier
-reasoning out). Tools of other types than `function` (web_search, namespaces and the like run
-on OpenAI's side) are left out of what the model is told, with a line in the log.
+and their results), and `reasoning` items passed back: the thinking of the assistant turn the
+next message or call opens or continues (templates that keep it render it, and the prompt then
+matches the cache), or a turn of its own when none follows (an answer that ended inside its
+thinking). Tools of other types than `function` (web_search, namespaces and the like run on
+OpenAI's side) are left out of what the model is told, with a line in the log.
 """
 
 from __future__ import annotations
@@ -21,20 +23,26 @@ from typing import Any
 
 from specllama.chat import Message, ToolCall
 from specllama.engine.constraint import ConstraintSpec
+from specllama.family.pieces import Piece, Reading
+from specllama.family.reader import read_whole
 from specllama.server.fields import ApiError, Fields, off, unsupported
 from specllama.server.openai_chat import function_tool
 from specllama.server.queue import Done, Text
 from specllama.server.request import (
+    PLACEHOLDERS,
+    Attachments,
     GenerationRequest,
     check_choice,
     extension,
     json_format,
+    reasoning_from,
     sampling,
+    template_kwargs,
     tool_choice,
     unique_tools,
 )
 from specllama.server.wire import Event, Served, Wire, specllama_stats
-from specllama.tool_calls import CallStream, Delta, Parsed, Tool, parse_answer
+from specllama.tool_calls import Tool
 
 log = logging.getLogger("specllama.server.app")
 
@@ -45,7 +53,6 @@ ITEMS = ("message", "function_call", "function_call_output", "reasoning")
 IGNORED = (
     "store",
     "include",
-    "reasoning",
     "prompt_cache_key",
     "prompt_cache_retention",
     "client_metadata",
@@ -82,6 +89,8 @@ def parse_responses(body: dict[str, Any]) -> GenerationRequest:
     check_choice(choice, forced, tools, "tool_choice", "tool_choice.name")
     parallel = fields.get("parallel_tool_calls", bool, "a boolean")
     rule = _text_format(fields.get("text", dict, "an object"))
+    kwargs = template_kwargs(fields.get("chat_template_kwargs", dict, "an object"))
+    reasoning = _reasoning(fields.get("reasoning", dict, "an object"), kwargs)
     fields.read.update(IGNORED)
     asked = GenerationRequest(
         model=fields.get("model", str, "a string", required=True),
@@ -96,9 +105,23 @@ def parse_responses(body: dict[str, Any]) -> GenerationRequest:
         parallel_tool_calls=True if parallel is None else parallel,
         rule=rule,
         rule_param="text.format" if rule is not None else None,
+        template_kwargs=kwargs,
+        reasoning=reasoning,
     )
     fields.refuse_unread()
     return asked.checked()
+
+
+def _reasoning(value: dict[str, Any] | None, kwargs: dict[str, Any]) -> str | None:
+    """`reasoning`: its effort, as Chat Completions' reasoning_effort (its summary is the
+    model's own thinking here: the reasoning item carries it whole)."""
+    if value is None:
+        return reasoning_from(None, kwargs)
+    given = Fields(value, "reasoning")
+    effort = given.get("effort", str, "a string")
+    given.read.update(("summary", "generate_summary"))
+    given.refuse_unread()
+    return reasoning_from(effort, kwargs)
 
 
 def _input(value: str | list[Any]) -> list[Message]:
@@ -109,21 +132,25 @@ def _input(value: str | list[Any]) -> list[Message]:
             400, "'input' must hold at least one item", param="input", code="invalid_value"
         )
     messages: list[Message] = []
+    attachments = Attachments()
+    thought: list[str] = []  # reasoning items that wait for their assistant turn
     for i, item in enumerate(value):
         where = f"input[{i}]"
         fields = Fields(item, where)
         kind = fields.get("type", str, "a string") or "message"
         fields.read.update(("id", "status"))  # what a client echoes of an earlier output
-        if kind == "message":
-            messages.append(_message(fields, where))
+        at = len(messages)
+        if kind == "reasoning":
+            thought.append(_reasoning_text(fields, where))
+        elif kind == "message":
+            messages.append(_message(fields, where, attachments.at(i)))
         elif kind == "function_call":
             _add_call(messages, _function_call(fields))
         elif kind == "function_call_output":
             call_id = fields.get("call_id", str, "a string", required=True)
             output = fields.get("output", (str, list), "a string or an array", required=True)
-            messages.append(Message("tool", _text(output, f"{where}.output"), tool_call_id=call_id))
-        elif kind == "reasoning":  # earlier reasoning passed back: left out, as templates do
-            fields.read.update(("summary", "content", "encrypted_content"))
+            said = _text(output, f"{where}.output", attachments.at(i))
+            messages.append(Message("tool", said, tool_call_id=call_id))
         else:
             raise ApiError(
                 400,
@@ -132,17 +159,38 @@ def _input(value: str | list[Any]) -> list[Message]:
                 code="invalid_value",
             )
         fields.refuse_unread()
+        if kind != "reasoning":
+            assistant = kind != "function_call_output" and messages[-1].role == "assistant"
+            _give_thought(messages, thought, at, assistant=assistant)
+    _give_thought(messages, thought, len(messages), assistant=False)
+    attachments.refuse_in(len(value) - 1)
     return messages
 
 
-def _message(fields: Fields, where: str) -> Message:
+def _give_thought(messages: list[Message], thought: list[str], at: int, *, assistant: bool) -> None:
+    """The reasoning items read (`thought`, emptied) go to the assistant message the item
+    just read made or continued (`assistant`); after any other item, or none, they are an
+    assistant turn of their own, before that item (at `at`)."""
+    reasoning = _joined(*thought)
+    thought.clear()
+    if reasoning is None:
+        return
+    if assistant:
+        last = messages[-1]
+        messages[-1] = dataclasses.replace(last, reasoning=_joined(last.reasoning, reasoning))
+    else:
+        messages.insert(at, Message("assistant", "", reasoning=reasoning))
+
+
+def _message(fields: Fields, where: str, attachments: Attachments.Turn) -> Message:
     role = fields.one_of("role", ROLES)
     content = fields.get("content", (str, list), "a string or an array", required=True)
-    return Message(ROLES[role], _text(content, f"{where}.content"))
+    return Message(ROLES[role], _text(content, f"{where}.content", attachments))
 
 
-def _text(content: str | list[Any], where: str) -> str:
-    """A message's content: a string, or parts of which only text can be served."""
+def _text(content: str | list[Any], where: str, attachments: Attachments.Turn) -> str:
+    """A message's content: a string, or parts of which only text can be served; an image or
+    a file stands as a placeholder."""
     if isinstance(content, str):
         return content
     texts = []
@@ -154,6 +202,9 @@ def _text(content: str | list[Any], where: str) -> str:
             part.read.update(("annotations", "logprobs"))
         elif kind == "refusal":
             texts.append(part.get("refusal", str, "a string", required=True))
+        elif kind in PLACEHOLDERS:
+            texts.append(attachments.placeholder(kind, f"{where}[{i}].type"))
+            continue  # what it holds (a URL, a file's data) is not read
         else:
             raise unsupported(f"{where}[{i}].type", f"content of type '{kind}' (text only)")
         part.refuse_unread()
@@ -174,6 +225,32 @@ def _add_call(messages: list[Message], call: ToolCall) -> None:
         messages[-1] = dataclasses.replace(last, tool_calls=(*last.tool_calls, call))
     else:
         messages.append(Message("assistant", "", tool_calls=(call,)))
+
+
+def _reasoning_text(fields: Fields, where: str) -> str:
+    """A reasoning item's thinking: its reasoning_text parts (this server's and llama-server's
+    items carry it whole), else its summary's texts (what OpenAI's own models give back). Its
+    encrypted content is for OpenAI's servers."""
+    fields.read.add("encrypted_content")
+    content = _part_texts(fields, "content", "reasoning_text", where)
+    summary = _part_texts(fields, "summary", "summary_text", where)
+    return "\n".join(content) if content else "\n\n".join(summary)
+
+
+def _part_texts(fields: Fields, name: str, kind: str, where: str) -> list[str]:
+    """The texts of the parts (each of type `kind`) in an item's field `name`."""
+    texts = []
+    for i, item in enumerate(fields.get(name, list, "an array") or []):
+        part = Fields(item, f"{where}.{name}[{i}]")
+        part.one_of("type", (kind,))
+        texts.append(part.get("text", str, "a string", required=True))
+        part.refuse_unread()
+    return texts
+
+
+def _joined(*thoughts: str | None) -> str | None:
+    """Thinking in several pieces as one (none when there is no text)."""
+    return "\n".join(t for t in thoughts if t) or None
 
 
 def _tools(items: list[Any] | None) -> tuple[Tool, ...]:
@@ -201,7 +278,7 @@ def _text_format(value: dict[str, Any] | None) -> ConstraintSpec | None:
     format_ = Fields(given, "text.format")
     kind = format_.get("type", str, "a string", required=True)
     if kind == "json_schema":
-        return json_format(format_, "schema")
+        return json_format(format_, "schema", required=True)
     format_.refuse_unread()
     if kind == "json_object":
         return ConstraintSpec("json_object")
@@ -247,11 +324,10 @@ class ResponseAnswer:
         self.created = int(time.time())
         self.asked = asked
         self.model = served.model
-        self.tool_format = served.tool_format
-        self._calls = CallStream(served.tool_format) if served.tool_format is not None else None
+        self._reader = served.reader()
         self._sequence = 0
         self._output: list[dict[str, Any]] = []  # the items finished so far
-        self._message: dict[str, Any] | None = None  # the message item being written
+        self._open: dict[str, Any] | None = None  # the message or reasoning item being written
         self._said = ""  # its text so far
 
     def _response(self, status: str, output: list[dict[str, Any]], **more: Any) -> dict[str, Any]:
@@ -290,56 +366,65 @@ class ResponseAnswer:
         ]
 
     def text(self, output: Text) -> list[Event]:
-        if self._calls is None:
-            return self._events([Delta(content=output.text)])
-        return self._events(self._calls.feed(output.text))
+        return self._events(self._reader.feed(output.text))
 
-    def _events(self, deltas: list[Delta]) -> list[Event]:
+    def _events(self, pieces: list[Piece]) -> list[Event]:
+        """Thinking goes into a `reasoning` item, text into a `message`, each call an item."""
         events: list[Event] = []
-        for delta in deltas:
-            if delta.call is not None:
-                events += self._close_message() + self._call_events(delta.call)
-            elif delta.content:
-                events += self._open_message()
-                self._said += delta.content
+        for piece in pieces:
+            if piece.call is not None:
+                events += self._close_item() + self._call_events(piece.call)
+            elif piece.text:
+                kind = "reasoning" if piece.kind == "thinking" else "message"
+                events += self._open_item(kind)
+                self._said += piece.text
                 events.append(
                     self._event(
-                        "response.output_text.delta",
-                        item_id=self._message["id"] if self._message else "",
+                        _TEXT_EVENTS[kind] + ".delta",
+                        item_id=self._open["id"] if self._open else "",
                         output_index=len(self._output),
                         content_index=0,
-                        delta=delta.content,
-                        logprobs=[],
+                        delta=piece.text,
+                        **({"logprobs": []} if kind == "message" else {}),
                     )
                 )
         return events
 
-    def _open_message(self) -> list[Event]:
-        if self._message is not None:
+    def _open_item(self, kind: str) -> list[Event]:
+        if self._open is not None and self._open["type"] == kind:
             return []
-        self._message = {"id": _id("msg"), "type": "message", "status": "in_progress"}
-        self._message |= {"role": "assistant", "content": []}
+        events = self._close_item()
+        if kind == "message":
+            self._open = {"id": _id("msg"), "type": "message", "status": "in_progress"}
+            self._open |= {"role": "assistant", "content": []}
+        else:
+            self._open = {"id": _id("rs"), "type": "reasoning", "summary": [], "content": []}
         self._said = ""
-        at = {"item_id": self._message["id"], "output_index": len(self._output)}
+        at = {"item_id": self._open["id"], "output_index": len(self._output)}
         return [
+            *events,
             self._event(
-                "response.output_item.added", output_index=len(self._output), item=self._message
+                "response.output_item.added", output_index=len(self._output), item=self._open
             ),
-            self._event("response.content_part.added", **at, content_index=0, part=_part("")),
+            self._event("response.content_part.added", **at, content_index=0, part=_part(kind, "")),
         ]
 
-    def _close_message(self) -> list[Event]:
-        if self._message is None:
+    def _close_item(self) -> list[Event]:
+        if self._open is None:
             return []
-        item = {**self._message, "status": "completed", "content": [_part(self._said)]}
+        kind, said = self._open["type"], self._said
+        item = {**self._open, "content": [_part(kind, said)]}
+        if kind == "message":
+            item["status"] = "completed"
         at = {"item_id": item["id"], "output_index": len(self._output), "content_index": 0}
+        done = {"text": said, **({"logprobs": []} if kind == "message" else {})}
         events = [
-            self._event("response.output_text.done", **at, text=self._said, logprobs=[]),
-            self._event("response.content_part.done", **at, part=_part(self._said)),
+            self._event(_TEXT_EVENTS[kind] + ".done", **at, **done),
+            self._event("response.content_part.done", **at, part=_part(kind, said)),
             self._event("response.output_item.done", output_index=len(self._output), item=item),
         ]
         self._output.append(item)
-        self._message = None
+        self._open = None
         return events
 
     def _call_events(self, call: ToolCall) -> list[Event]:
@@ -360,17 +445,14 @@ class ResponseAnswer:
         return events
 
     def final(self, done: Done) -> list[Event]:
-        events = self._events(self._calls.finish()) if self._calls is not None else []
-        events += self._close_message()
-        parsed = self._calls.result() if self._calls is not None else None
-        response = self._finished(done, self._output, parsed)
+        events = self._events(self._reader.finish())
+        events += self._close_item()
+        response = self._finished(done, self._output, self._reader.result())
         kind = f"response.{response['status']}"
         return [*events, self._event(kind, response=response)]
 
-    def _finished(
-        self, done: Done, output: list[dict[str, Any]], parsed: Parsed | None
-    ) -> dict[str, Any]:
-        cut = done.finish_reason == "length" and not (parsed and parsed.calls and not parsed.broken)
+    def _finished(self, done: Done, output: list[dict[str, Any]], read: Reading) -> dict[str, Any]:
+        cut = done.finish_reason == "length" and not (read.calls and not read.broken)
         return self._response(
             "incomplete" if cut else "completed",
             output,
@@ -380,25 +462,46 @@ class ResponseAnswer:
         )
 
     def failure(self, error: ApiError) -> list[Event]:
-        return [self._event("error", code=error.code, message=error.message, param=error.param)]
+        """The error, then the response failed with it: clients wait for the response's end
+        (Codex retries a stream that closes without one), and read its error's code
+        (context_length_exceeded: Codex compacts the conversation)."""
+        code = error.code if error.status < 500 else "server_error"  # OpenAI's codes
+        failed = self._response(
+            "failed", self._output, error={"code": code, "message": error.message}
+        )
+        return [
+            self._event("error", code=code, message=error.message, param=error.param),
+            self._event("response.failed", response=failed),
+        ]
 
     def closing(self) -> str:
         return ""
 
     def whole(self, text: str, done: Done) -> dict[str, Any]:
-        parsed = parse_answer(self.tool_format, text) if self.tool_format is not None else None
-        said = parsed.content if parsed is not None else text
+        reading = read_whole(self._reader, text)
         output = []
-        if said:
+        if reading.thinking is not None:
+            thought = {"id": _id("rs"), "type": "reasoning", "summary": []}
+            output.append({**thought, "content": [_part("reasoning", reading.thinking)]})
+        if reading.content:
             message = {"id": _id("msg"), "type": "message", "status": "completed"}
-            output.append({**message, "role": "assistant", "content": [_part(said)]})
-        for call in parsed.calls if parsed is not None else []:
+            output.append(
+                {**message, "role": "assistant", "content": [_part("message", reading.content)]}
+            )
+        for call in reading.calls:
             output.append(_call_item(call, "completed", call.arguments))
-        return self._finished(done, output, parsed)
+        return self._finished(done, output, reading)
 
 
-def _part(text: str) -> dict[str, Any]:
+# The events that stream an item's text, by the item's type.
+_TEXT_EVENTS = {"message": "response.output_text", "reasoning": "response.reasoning_text"}
+
+
+def _part(kind: str, text: str) -> dict[str, Any]:
+    """A message's output_text part, or a reasoning item's reasoning_text."""
+    if kind == "reasoning":
+        return {"type": "reasoning_text", "text": text}
     return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
 
 
-RESPONSES = Wire("responses", parse_responses, ResponseAnswer, ApiError.body)
+RESPONSES = Wire("responses", parse_responses, ResponseAnswer, ApiError.body, fails_in_stream=True)

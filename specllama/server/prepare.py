@@ -17,12 +17,26 @@ from dataclasses import dataclass
 from specllama.chat import Message
 from specllama.engine.constraint import ConstraintSpec, Grammar
 from specllama.errors import ConstraintError, SpecllamaError
-from specllama.reasoning import opens_thinking, template_thinks
+from specllama.family.detect import is_harmony
+from specllama.family.detect import tool_format as family_format
+from specllama.family.forced import json_lark, thinking_first
+from specllama.family.harmony import HarmonyFormat, HarmonyReader
+from specllama.family.pieces import Reader
+from specllama.family.reader import AnswerReader, ReaderFactory
+from specllama.family.thinking import (
+    ReasoningMode,
+    ThinkingSplit,
+    opens_thinking,
+    thinking_settings,
+    thinking_syntax,
+)
 from specllama.server.fields import ApiError
 from specllama.server.request import GenerationRequest
+from specllama.server.strict_calls import lazy_call_grammar
 from specllama.session import Engine
-from specllama.tool_calls import ToolFormat, call_grammar, detect_format, template_knows_tools
+from specllama.tool_calls import Special, ToolFormat, call_grammar, template_knows_tools
 
+PROMPT_TAIL = 8  # the prompt's last tokens: enough to hold a start marker (Kimi K3's is 4)
 GRAMMARS_KEPT = 16  # compiled output rules kept: clients send the same schema again and again
 
 
@@ -32,9 +46,10 @@ class Prepared:
 
     prompt: list[int]
     constraint: Grammar | None  # the rule the answer follows
-    tool_format: ToolFormat | None  # the answer is read for tool calls in this syntax
+    reader: ReaderFactory  # reads the answer into thinking, text and calls
     prediction: list[int] | None = None  # the answer the client expects, as tokens
-    thinking: bool | None = None  # see Served.thinking
+    markers: tuple[str, ...] = ()  # the family's markers: written as text even when special
+    thinking_budget: int | None = None  # the most thinking tokens; None: any
 
 
 class Grammars:
@@ -45,7 +60,7 @@ class Grammars:
         self._engine = engine
         self._kept = kept
         self._compiled: OrderedDict[ConstraintSpec, Grammar] = OrderedDict()
-        self._special: dict[str, bool] = {}
+        self._special: dict[str, str] = {}
         self._lock = threading.Lock()
 
     def get(self, spec: ConstraintSpec) -> Grammar:
@@ -61,42 +76,100 @@ class Grammars:
                 self._compiled.popitem(last=False)
         return grammar
 
-    def special(self, markers: tuple[str, ...]) -> set[str]:
-        """Which of `markers` (`<tool_call>`...) are special tokens of the vocabulary: a
-        grammar must write those as tokens, for the model writes them as one token."""
+    def special(self, markers: tuple[str, ...]) -> Special:
+        """Which of `markers` (`<tool_call>`, `[TOOL_CALLS]`...) are special tokens of the
+        vocabulary, each with how Lark writes it: a grammar must write those as tokens, for
+        the model writes them as one token."""
         for marker in markers:
             if marker not in self._special:
-                try:
-                    self.get(ConstraintSpec("lark", f"start: {marker}\n"))
-                    self._special[marker] = True
-                except ConstraintError:
-                    self._special[marker] = False
-        return {m for m in markers if self._special[m]}
+                self._special[marker] = self._as_token(marker)
+        return {m: self._special[m] for m in markers if self._special[m]}
+
+    def _as_token(self, marker: str) -> str:
+        """How Lark names the one special token `marker` is ("" when it is none): by its
+        text where llguidance knows it so (`<tool_call>`), else by its id (`[TOOL_CALLS]`)."""
+        if marker.startswith("<") and marker.endswith(">") and self._compiles(marker):
+            return marker
+        tokens = self._engine.target.tokenize(marker, add_bos=False, special=True)
+        plain = self._engine.target.tokenize(marker, add_bos=False, special=False)
+        if len(tokens) != 1 or tokens == plain:  # text, or a token written as text alike
+            return ""
+        by_id = f"<[{tokens[0]}]>"
+        return by_id if self._compiles(by_id) else ""
+
+    def _compiles(self, lark: str) -> bool:
+        try:
+            self.get(ConstraintSpec("lark", f"start: {lark}\n"))
+        except ConstraintError:
+            return False
+        return True
 
 
 class Preparer:
-    def __init__(self, engine: Engine, model_id: str) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        model_id: str,
+        reasoning: ReasoningMode = "auto",
+        reasoning_budget: int | None = None,
+    ) -> None:
         self.engine = engine
         self.model_id = model_id  # for the messages that name the model
         self.grammars = Grammars(engine)
+        self.reasoning = reasoning  # the server's --reasoning, where a request says nothing
+        self.reasoning_budget = reasoning_budget
 
     def prepare(self, asked: GenerationRequest) -> Prepared:
-        """Tokenise the prompt (through the model's template, with the client's tools) and
-        compile the output rule: the work a request needs before it is queued."""
+        """Tokenise the prompt (through the model's template, with the client's tools and
+        its choice of thinking) and compile the output rule: the work a request needs before
+        it is queued."""
         tool_format = self.tool_format(asked)
         prompt = self.prompt_tokens(asked, tool_format)
         predicted = None
         if asked.prediction is not None:  # its text as the answer would hold it
             predicted = self.engine.text_tokens(asked.prediction)
-        constraint = self._constraint(asked, tool_format)
-        return Prepared(prompt, constraint, tool_format, predicted, self._thinking(asked, prompt))
+        split = self._thinking(asked, prompt)
+        thinks = (asked.reasoning or self.reasoning) != "off"
+        if isinstance(tool_format, HarmonyFormat) and not thinks:
+            tool_format = HarmonyFormat(asked.tools, thinking=False)
+        constraint = self._constraint(asked, tool_format, split if thinks else None)
+        markers = tool_format.markers if tool_format is not None else ()
+        if split is not None:
+            markers += split.syntax.markers
+        budget = asked.reasoning_budget
+        if budget is None:
+            budget = self.reasoning_budget
+        return Prepared(
+            prompt,
+            constraint,
+            self._reader(asked, tool_format, split),
+            predicted,
+            markers,
+            budget if split is not None and constraint is None else None,
+        )
 
-    def _thinking(self, asked: GenerationRequest, prompt: list[int]) -> bool | None:
-        """Whether the answer may think (the template knows the tags), and begins inside the
-        thinking (the prompt opened it)."""
-        if asked.prompt is not None or not template_thinks(self.engine.target.chat_template):
+    def _reader(
+        self, asked: GenerationRequest, fmt: ToolFormat | None, split: ThinkingSplit | None
+    ) -> ReaderFactory:
+        """A reader of the answer: gpt-oss's channels by hand; else the thinking split off,
+        then the family's calls."""
+        if asked.prompt is None and is_harmony(self.engine.target.chat_template or ""):
+            return HarmonyReader
+
+        def read() -> Reader:
+            return AnswerReader(split=split.fresh() if split is not None else None, calls=fmt)
+
+        return read
+
+    def _thinking(self, asked: GenerationRequest, prompt: list[int]) -> ThinkingSplit | None:
+        """Whether the answer may think (the template knows the markers), and begins inside
+        the thinking (the prompt opened it)."""
+        template = self.engine.target.chat_template
+        syntax = thinking_syntax(template)
+        if asked.prompt is not None or syntax is None or is_harmony(template or ""):
             return None
-        return opens_thinking(self.engine.target.detokenize(prompt[-4:]))
+        tail = "".join(map(self.engine.target.special_token_text, prompt[-PROMPT_TAIL:]))
+        return ThinkingSplit(syntax, inside=opens_thinking(syntax, tail))
 
     def tool_format(self, asked: GenerationRequest) -> ToolFormat | None:
         """The syntax the model writes calls in, when the request offers tools; a model whose
@@ -117,22 +190,71 @@ class Preparer:
                 param="tools" if asked.tools else "messages",
                 code="tools_not_supported",
             )
-        names = [tool.name for tool in asked.tools]
-        return detect_format(template, names) if asked.uses_tools else None
+        return family_format(template, asked.tools) if asked.uses_tools else None
 
     def prompt_tokens(self, asked: GenerationRequest, tool_format: ToolFormat | None) -> list[int]:
         try:
             if asked.prompt is not None:  # a text completion: the prompt as it is
                 as_is = [Message("user", asked.prompt)]
                 return self.engine.prompt_tokens(as_is, chat_template=False)
-            tools = [tool.as_openai() for tool in asked.tools] if tool_format else None
-            return self.engine.prompt_tokens(list(asked.messages), tools=tools)
+            # The tools stay in the prompt with tool_choice "none" (as llama-server renders
+            # them), so that the next turn's prefix still matches the prompt cache.
+            tools = [tool.as_openai() for tool in asked.tools] or None
+            thinking = thinking_settings(
+                self.engine.target.chat_template, asked.reasoning or self.reasoning
+            )
+            kwargs = {**thinking.template_kwargs, **asked.template_kwargs}
+            prompt = self.engine.prompt_tokens(
+                list(asked.messages), tools=tools, template_kwargs=kwargs or None
+            )
+            if thinking.prefill:  # an empty thinking block, closed: the template has no switch
+                prompt += self.engine.target.tokenize(thinking.prefill, add_bos=False)
+            return prompt
         except SpecllamaError as exc:  # the model's chat template refused these messages
             raise ApiError(400, str(exc), param="messages", code="invalid_value") from None
 
-    def _constraint(self, asked: GenerationRequest, fmt: ToolFormat | None) -> Grammar | None:
+    def _constraint(
+        self, asked: GenerationRequest, fmt: ToolFormat | None, split: ThinkingSplit | None
+    ) -> Grammar | None:
         """The compiled rule: the forced call, response_format or grammar, or a JSON answer
-        or a call (response_format beside tools the model may call)."""
+        or a call (response_format beside tools the model may call); a model that thinks may
+        think first."""
+        spec, param = self._rule(asked, fmt)
+        if spec is not None and split is not None and spec.kind != "gbnf":
+            spec = self._thinking_first(spec, split)
+        if spec is None:
+            return None
+        try:
+            return self.grammars.get(spec)
+        except Exception as exc:  # the rule is the client's: whatever fails to compile is its
+            if not isinstance(exc, ConstraintError):  # (the GBNF reader raises plain ones)
+                exc = ConstraintError(f"the rule cannot be compiled: {exc}")
+            code = "invalid_grammar" if param == "grammar" else "invalid_schema"
+            raise ApiError(400, f"Invalid '{param}': {exc}", param=param, code=code) from None
+
+    def _thinking_first(self, spec: ConstraintSpec, split: ThinkingSplit) -> ConstraintSpec | None:
+        """The rule, with the thinking allowed before it (`family.forced`); a client's own
+        Lark grammar or regex is left as it is (it says what the whole answer is)."""
+        if spec.kind in ("json_schema", "json_object"):
+            source = json.loads(spec.source) if spec.kind == "json_schema" else True
+            lark = json_lark(source)
+        elif (spec.kind == "lark" and spec.source.startswith("start: calls")) or (
+            spec.source.startswith("start: reply | calls")
+        ):
+            lark = spec.source
+        else:
+            return spec
+        syntax = split.syntax
+        special = self.grammars.special(syntax.markers)
+        return ConstraintSpec(
+            "lark", thinking_first(lark, syntax, inside=split.inside, special=special)
+        )
+
+    def _rule(
+        self, asked: GenerationRequest, fmt: ToolFormat | None
+    ) -> tuple[ConstraintSpec | None, str | None]:
+        """The rule the client asked for, with the tools' calls where it forces one (or
+        allows one beside a response_format, or its tools are strict), and where it says it."""
         spec, param = asked.rule, asked.rule_param
         if fmt is not None and (asked.forces_call or spec is not None):
             special = self.grammars.special(fmt.markers)
@@ -143,15 +265,12 @@ class Preparer:
             parallel = asked.parallel_tool_calls and asked.tool_choice != "function"
             lark = call_grammar(fmt, tools, parallel=parallel, special=special, or_json=reply)
             spec, param = ConstraintSpec("lark", lark), param or "tools"
-        if spec is None:
-            return None
-        try:
-            return self.grammars.get(spec)
-        except Exception as exc:  # the rule is the client's: whatever fails to compile is its
-            if not isinstance(exc, ConstraintError):  # (the GBNF reader raises plain ones)
-                exc = ConstraintError(f"the rule cannot be compiled: {exc}")
-            code = "invalid_grammar" if param == "grammar" else "invalid_schema"
-            raise ApiError(400, f"Invalid '{param}': {exc}", param=param, code=code) from None
+        elif fmt is not None:  # tool_choice "auto": strict tools' calls follow their schemas
+            special = self.grammars.special(fmt.markers)
+            parallel = asked.parallel_tool_calls
+            lark = lazy_call_grammar(fmt, asked.tools, parallel=parallel, special=special)
+            spec, param = (ConstraintSpec("lark", lark), "tools") if lark else (None, None)
+        return spec, param
 
     def max_tokens(self, prompt: list[int], asked: GenerationRequest) -> int:
         """The prompt must leave room for one new token; generation ends at a full context."""

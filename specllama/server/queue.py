@@ -54,6 +54,8 @@ class Work:
     drafter: str | None = None  # one of the engine's drafter_choices(); None: its current one
     constraint: Grammar | None = None  # the rule every answer token must follow (compiled)
     prediction: list[int] | None = None  # the answer the client expects (drafted from)
+    markers: tuple[str, ...] = ()  # the family's markers, written as text even when special
+    thinking_budget: int | None = None  # the most thinking tokens, then its end is written
 
 
 @dataclass(frozen=True)
@@ -311,7 +313,7 @@ def answer(engine: Engine, work: Work, cancelled: threading.Event) -> Iterator[O
     """
     reused = min(engine.target.common_prefix(work.prompt), len(work.prompt) - 1)
     drafter = engine.make_drafter(work.drafter) if work.drafter else engine.drafter
-    text = engine.target_text_stream()
+    text = engine.target_text_stream(preserved=work.markers)
     stops = StopMatcher(work.stop)
     tape = TokenTape()
     counter = LiveCounter(drafter.name)  # the stats when a stop string ends it early
@@ -321,10 +323,11 @@ def answer(engine: Engine, work: Work, cancelled: threading.Event) -> Iterator[O
     to_come = 0  # this round's tokens not seen yet
     written: list[int] = []  # the answer's tokens
     params = work.params.with_seed()  # drawn here, so that an answer cut short reports it too
-    events = engine.generate(
+    events = engine.generate_thinking(
         work.prompt,
         params,
         max_tokens=work.max_tokens,
+        budget=work.thinking_budget,
         drafter=drafter,
         constraint=work.constraint,
         prediction=work.prediction,

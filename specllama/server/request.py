@@ -24,6 +24,7 @@ from specllama.tool_calls import Tool
 MAX_STOPS = 32
 MAX_STOP_CHARS = 256
 TOOL_CHOICES = ("none", "auto", "required")
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 RANDOM_SEED = -1  # llama.cpp's convention for "no seed", which some clients send
 FUNCTION_NAME = re.compile(r"[a-zA-Z0-9_-]+")  # OpenAI's and Anthropic's rule for names
 
@@ -51,6 +52,12 @@ class GenerationRequest:
     rule_param: str | None = None
     # OpenAI's Predicted Outputs: the answer the client expects (an edited file), drafted from
     prediction: str | None = None
+    # The chat template's own variables (chat_template_kwargs), and whether the model thinks:
+    # "on", "off", or None (the server's --reasoning); thinking bounded to `reasoning_budget`
+    # tokens (None: the server's --reasoning-budget)
+    template_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    reasoning: str | None = None
+    reasoning_budget: int | None = None
 
     @property
     def uses_tools(self) -> bool:
@@ -90,6 +97,28 @@ class GenerationRequest:
                 code="unsupported_combination",
             )
         return self
+
+
+def template_kwargs(value: dict[str, Any] | None) -> dict[str, Any]:
+    """`chat_template_kwargs`: variables for the template, as llama-server takes them."""
+    return dict(value or {})
+
+
+def reasoning_from(effort: str | None, kwargs: dict[str, Any]) -> str | None:
+    """Whether a request asks for thinking: OpenAI's `reasoning_effort` ("none" is off; a
+    template that reads the effort, gpt-oss's, gets it through `kwargs`), or
+    `chat_template_kwargs.enable_thinking`, as llama-server reads it."""
+    if effort is not None:
+        if effort not in REASONING_EFFORTS:
+            choices = ", ".join(repr(e) for e in REASONING_EFFORTS)
+            message = f"Invalid 'reasoning_effort': expected one of {choices}, got {effort!r}."
+            raise ApiError(400, message, param="reasoning_effort", code="invalid_value")
+        if effort == "none":
+            return "off"
+        kwargs.setdefault("reasoning_effort", effort)
+        return "on"
+    enabled = kwargs.get("enable_thinking")
+    return None if enabled is None else ("on" if enabled else "off")
 
 
 def sampling(fields: Fields) -> dict[str, Any]:
@@ -216,12 +245,63 @@ def extension(value: dict[str, Any] | None) -> str | None:
     return None if drafter in (None, "auto") else drafter
 
 
-def json_format(fields: Fields, schema_field: str) -> ConstraintSpec:
+def json_format(fields: Fields, schema_field: str, *, required: bool = False) -> ConstraintSpec:
     """A JSON Schema rule as OpenAI describes one (name, description, strict, the schema in
-    `schema_field`); without a schema, any JSON object. Always strict: the schema is enforced."""
+    `schema_field`); without a schema, any JSON object, unless the schema is `required` (as the
+    Responses API requires it). Always strict: the schema is enforced."""
     fields.get("name", str, "a string")
     fields.get("description", str, "a string")
     fields.get("strict", bool, "a boolean")
-    schema = fields.get(schema_field, (dict, bool), "an object")
+    schema = fields.get(schema_field, (dict, bool), "an object", required=required)
     fields.refuse_unread()
     return ConstraintSpec("json_object") if schema is None else ConstraintSpec.json_schema(schema)
+
+
+# What a placeholder says in place of an attachment, by the kind each API names it.
+PLACEHOLDERS = {
+    "image": "[image]",
+    "image_url": "[image]",
+    "input_image": "[image]",
+    "document": "[document]",
+    "file": "[file]",
+    "input_file": "[file]",
+}
+
+
+class Attachments:
+    """Images and documents in a conversation, which the models served cannot see. One in an
+    earlier message becomes a short placeholder text where it was ([image], [document],
+    [file]), so that a conversation that once held a screenshot goes on (Claude Code keeps them
+    in its history). One in the last message, the one to answer, is refused, as llama-server
+    refuses an image without a vision model: the answer would be about what the model never
+    saw. Only the last: once the client sends anything after it, the conversation goes on."""
+
+    @dataclass(frozen=True)
+    class Turn:
+        """Where the attachments of one message (by its index) are found."""
+
+        found: list[tuple[int, str, str]]
+        index: int
+
+        def placeholder(self, kind: str, param: str) -> str:
+            """The text in place of an attachment of `kind` at `param`."""
+            self.found.append((self.index, kind, param))
+            return PLACEHOLDERS[kind]
+
+    def __init__(self) -> None:
+        self._found: list[tuple[int, str, str]] = []  # (message index, kind, param)
+
+    def at(self, index: int) -> Attachments.Turn:
+        """The attachments of message `index`."""
+        return Attachments.Turn(self._found, index)
+
+    def refuse_in(self, last: int) -> None:
+        """Refuse an attachment in message `last`, the one to answer."""
+        for index, kind, param in self._found:
+            if index == last:
+                raise unsupported(
+                    param,
+                    f"content of type '{kind}' in the message to answer (the model served "
+                    "reads text only; in an earlier message it stands as a placeholder, "
+                    f"{PLACEHOLDERS[kind]})",
+                )

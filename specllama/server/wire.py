@@ -15,10 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from specllama.family.pieces import Reader
 from specllama.server.fields import ApiError
 from specllama.server.queue import Done, Text
 from specllama.server.request import GenerationRequest
-from specllama.tool_calls import ToolFormat
 
 Event = tuple[str | None, dict[str, Any]]
 
@@ -28,11 +28,8 @@ class Served:
     """What an answer needs to know besides its request."""
 
     model: str  # the name of the model that answers (whatever name the request used)
-    tool_format: ToolFormat | None  # the answer is read for calls in this syntax
+    reader: Callable[[], Reader]  # a reader of the answer into thinking, text and calls
     n_prompt: int  # the prompt's tokens, for a stream's opening usage
-    # Whether the answer may hold thinking (the template knows `<think>`): None, it cannot;
-    # True, it begins inside the thinking (the prompt opened it); False, the model may open it
-    thinking: bool | None = None
 
 
 class Answer(Protocol):
@@ -54,6 +51,10 @@ class Wire:
     parse: Callable[[dict[str, Any]], GenerationRequest]
     answer: Callable[[GenerationRequest, Served], Answer]
     error_body: Callable[[ApiError], dict[str, Any]]
+    # Whether a stream refused for its full context is answered as a stream that fails (the
+    # Responses API's response.failed, which Codex reads as "compact the conversation") rather
+    # than with an HTTP error.
+    fails_in_stream: bool = False
 
 
 def specllama_stats(done: Done) -> dict[str, Any]:

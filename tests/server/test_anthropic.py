@@ -66,7 +66,7 @@ def test_a_conversation_with_system_blocks_tools_and_results():
     assert asked.messages == (
         Message("system", "Be brief."),  # the billing stamp is no instruction: left out
         Message("user", "Weather in Paris?"),
-        Message("assistant", "", tool_calls=(call,)),
+        Message("assistant", "", tool_calls=(call,), reasoning="hm"),
         Message("tool", "18 C", tool_call_id="toolu_1"),
         Message("user", "And tomorrow?"),
     )

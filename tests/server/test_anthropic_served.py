@@ -14,10 +14,7 @@ from pathlib import Path
 
 import anthropic
 import pytest
-from model_factory import cache_dir, copy_gguf
 from serving import KEY, Server, serve, smollm2_f32_tools
-
-from specllama.reasoning import split_thinking
 
 pytestmark = pytest.mark.slow
 
@@ -37,26 +34,6 @@ def server(smol_q4: Path, tmp_path_factory) -> Iterator[Server]:
     extra = ["--draft", str(smol_q4), "--fixed", "--draft-max", "4"]
     log = tmp_path_factory.mktemp("serve") / "stderr.txt"
     yield from serve(smollm2_f32_tools(), extra, log, ctx=1024)
-
-
-# A reasoning model's template, as Qwen3's opens its thinking: the answer begins inside it and
-# the thinking ends at </think>.
-THINKING_TEMPLATE = (
-    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n<think>\n{% endif %}"
-    "{# earlier thinking, up to </think>, is left out of the history #}"
-)
-
-
-@pytest.fixture(scope="module")
-def thinker(smol_f32: Path, tmp_path_factory) -> Iterator[Server]:
-    path = cache_dir() / "SmolLM2-135M-Instruct.F32.thinking.gguf"
-    if not path.exists():
-        partial = path.with_suffix(".partial")
-        copy_gguf(smol_f32, partial, chat_template=THINKING_TEMPLATE)
-        partial.replace(path)
-    log = tmp_path_factory.mktemp("serve") / "stderr.txt"
-    yield from serve(path, ["--drafter", "ngram"], log)
 
 
 def client(server: Server) -> anthropic.Anthropic:
@@ -278,30 +255,3 @@ def test_claude_codes_own_routes_are_answered_at_once(server: Server):
     connection.close()
     status, _, body = server.request("POST", "/api/event_logging/batch", {"events": []})
     assert (status, body) == (200, {})
-
-
-def test_a_thinking_model_answers_with_a_thinking_block(thinker: Server):
-    """Chat Completions gives the raw answer; the Messages API its thinking (up to </think>,
-    which this small model may never write) as a thinking block, then the rest as text."""
-    raw = (
-        thinker.client()
-        .chat.completions.create(model="m", messages=ASK, max_tokens=24)
-        .choices[0]
-        .message.content
-    )
-    thought, said = split_thinking(raw, inside=True)
-    ask = {
-        "model": "m",
-        "messages": ASK,
-        "max_tokens": 24,
-        "thinking": {"type": "enabled", "budget_tokens": 1024},
-    }
-    message = client(thinker).messages.create(**ask)
-    blocks = [(b.type, b.thinking if b.type == "thinking" else b.text) for b in message.content]
-    assert blocks == [("thinking", thought)] + ([("text", said)] if said else [])
-    with client(thinker).messages.stream(**ask) as stream:
-        events = list(stream)
-    deltas = [e.delta for e in events if e.type == "content_block_delta"]
-    assert "".join(d.thinking for d in deltas if d.type == "thinking_delta") == thought
-    assert [d.type for d in deltas].count("signature_delta") == 1
-    assert stream.get_final_message().content[0].thinking == thought
