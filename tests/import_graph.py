@@ -55,8 +55,6 @@ def part_of(module: str) -> str:
         return "base"
     if pieces[1] == "__main__":
         return "main"
-    if pieces[1] == "session":
-        return "session"
     if pieces[1] in ALLOWED and len(pieces) >= 2 and (PACKAGE / pieces[1]).is_dir():
         return pieces[1]
     return "base"

@@ -27,8 +27,9 @@ from specllama.engine.sampling import SamplingParams
 from specllama.engine.stats import GenerationStats, LiveCounter, TargetRate
 from specllama.errors import ContextOverflowError, SpecllamaError, UsageError
 from specllama.family.thinking import ReasoningMode
+from specllama.models.catalog import DRAFTERS
 from specllama.paths import state_dir
-from specllama.session import DRAFTERS, Engine
+from specllama.session import Engine
 
 COMMANDS: list[tuple[str, str]] = [
     ("/help", "this list"),

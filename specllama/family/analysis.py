@@ -1,9 +1,7 @@
-"""A family's tool-call syntax, learnt from its chat template by rendering: the same assistant
-turn with a known call and with plain text, compared (as llama.cpp's template analysis does).
+"""A family's tool-call syntax, learnt from its chat template: the markers around the known
+call's name and arguments in what the template wrote for it (`probes`), classified.
 
-The call uses distinctive names and values (`special_function`, `arg1` = 4567, `arg2` =
-"Blue sky"), so that each can be found again in what the template wrote. What is around them
-are the family's markers. Three shapes, as llama.cpp's autoparser names them:
+Three shapes, as llama.cpp's autoparser names them:
 - "json": the whole call is JSON (`{"name": ..., "arguments": {...}}`, possibly nested, the name
   as a key, or several in one array), maybe in tags (Hermes, Apriel, Mistral Nemo, Apertus);
 - "tag_json": the name in markers, the arguments one JSON object (DeepSeek V3.1, Kimi K2,
@@ -20,18 +18,34 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from specllama.chat import Message, ToolCall, render_chat
+from specllama.chat import Message
 from specllama.errors import SpecllamaError
+from specllama.family.probes import (
+    IDS,
+    INT_KEY,
+    INT_VALUE,
+    NAME,
+    OTHER,
+    OTHER_VALUE,
+    PLAIN,
+    STR_KEY,
+    STR_VALUE,
+    NotLearnt,
+    call_region,
+    calls_turn,
+    common_prefix,
+    common_suffix,
+    cut_head,
+    cut_tail,
+    json_at,
+    json_spans,
+    locate,
+    rendered_answer,
+)
 
 Style = Literal["json", "tag_json", "tagged"]
 IdSlot = Literal["", "before_name", "after_name"]
 IdKind = Literal["", "call_id", "index"]
-
-NAME, OTHER = "special_function", "other_function"
-INT_KEY, STR_KEY = "arg1", "arg2"
-INT_VALUE, STR_VALUE, OTHER_VALUE = 4567, "Blue sky", 8901
-IDS = ("call00001", "call00002")  # nine alphanumerics, as Mistral's templates insist
-PLAIN = "I will help you with that."
 
 
 @dataclass(frozen=True)
@@ -98,114 +112,6 @@ class CallSyntax:
 SLOT_NAME, SLOT_ARGS, SLOT_ID = "\0name", "\0args", "\0id"
 
 
-class NotLearnt(Exception):
-    """The template's rendering of a call has no shape this analysis knows."""
-
-
-# -- rendering ------------------------------------------------------------------------------
-
-
-def _tools() -> list[dict[str, Any]]:
-    params = {
-        "type": "object",
-        "properties": {INT_KEY: {"type": "integer"}, STR_KEY: {"type": "string"}},
-        "required": [INT_KEY],
-    }
-    other = {"type": "object", "properties": {INT_KEY: {"type": "integer"}}}
-    return [
-        {"type": "function", "function": {"name": NAME, "description": "d", "parameters": params}},
-        {"type": "function", "function": {"name": OTHER, "description": "d", "parameters": other}},
-    ]
-
-
-def _answer(template: str, last: Message) -> str:
-    """The assistant turn as the template writes it, after its generation prompt."""
-    question = [Message("user", "Hello, please help me.")]
-    kwargs = {"bos_token": "<s>", "eos_token": "</s>", "tools": _tools()}
-    head = render_chat(template, question, add_generation_prompt=True, **kwargs)
-    whole = render_chat(template, [*question, last], add_generation_prompt=False, **kwargs)
-    if whole.startswith(head):
-        return whole[len(head) :]
-    return whole[_cut_head(whole, _common_prefix(head, whole)) :]
-
-
-def _calls(*calls: tuple[str, dict[str, Any]]) -> Message:
-    made = tuple(ToolCall(IDS[i], name, json.dumps(args)) for i, (name, args) in enumerate(calls))
-    return Message("assistant", "", tool_calls=made)
-
-
-# -- text helpers ---------------------------------------------------------------------------
-
-_OPEN, _CLOSE = "<[", ">]"
-
-
-def _common_prefix(a: str, b: str) -> int:
-    n = 0
-    while n < min(len(a), len(b)) and a[n] == b[n]:
-        n += 1
-    return n
-
-
-def _common_suffix(a: str, b: str) -> int:
-    n = 0
-    while n < min(len(a), len(b)) and a[-1 - n] == b[-1 - n]:
-        n += 1
-    return n
-
-
-def _inside_marker(text: str) -> bool:
-    """Whether `text` ends inside an unclosed `<...` or `[...`."""
-    opened = max(text.rfind(c) for c in _OPEN)
-    return opened > max(text.rfind(c) for c in _CLOSE)
-
-
-def _cut_head(text: str, n: int) -> int:
-    """The longest head of `text` up to `n` characters that does not end inside a marker."""
-    while n > 0 and _inside_marker(text[:n]):
-        n -= 1
-    return n
-
-
-def _cut_tail(text: str, n: int) -> int:
-    """The longest tail of `text` up to `n` characters that does not begin inside a marker."""
-    while n > 0 and _inside_marker(text[: len(text) - n]):
-        n -= 1
-    return n
-
-
-def _region(plain: str, call: str) -> str:
-    """What the call's answer has in place of the plain one, its markers whole."""
-    head = _cut_head(call, min(_common_prefix(plain, call), len(call)))
-    tail = _common_suffix(plain[head:], call[head:])
-    tail = _cut_tail(call, tail)
-    return call[head : len(call) - tail]
-
-
-def _json_at(text: str, pos: int) -> tuple[Any, int] | None:
-    try:
-        return json.JSONDecoder().raw_decode(text, pos)
-    except ValueError:
-        return None
-
-
-def _json_spans(text: str, wanted: Any) -> list[tuple[int, int]]:
-    """Where JSON equal to `wanted` is written in `text`."""
-    spans = []
-    for i, ch in enumerate(text):
-        if ch in "{[":
-            found = _json_at(text, i)
-            if found is not None and found[0] == wanted:
-                spans.append((i, found[1]))
-    return spans
-
-
-def _find(text: str, needle: str, start: int = 0) -> int:
-    at = text.find(needle, start)
-    if at == -1:
-        raise NotLearnt(f"{needle!r} not found")
-    return at
-
-
 # -- the analysis ---------------------------------------------------------------------------
 
 
@@ -219,10 +125,10 @@ def analyse(template: str) -> CallSyntax | None:
 
 
 def _analyse(template: str) -> CallSyntax | None:
-    plain = _answer(template, Message("assistant", PLAIN))
+    plain = rendered_answer(template, Message("assistant", PLAIN))
 
     def region(*calls: tuple[str, dict[str, Any]]) -> str:
-        return _region(plain, _answer(template, _calls(*calls)))
+        return call_region(plain, rendered_answer(template, calls_turn(*calls)))
 
     both = {INT_KEY: INT_VALUE, STR_KEY: STR_VALUE}
     one = region((NAME, both))
@@ -236,7 +142,7 @@ def _analyse(template: str) -> CallSyntax | None:
         two = ""
     if _json_call_object(one) is not None:
         return _learn_json(one, two)
-    style: Style = "tag_json" if _json_spans(one, both) else "tagged"
+    style: Style = "tag_json" if json_spans(one, both) else "tagged"
     if style == "tag_json":
         return _learn_tag_json(one, two)
     return _learn_tagged(
@@ -274,7 +180,7 @@ def _json_call_object(region: str) -> tuple[int, int, dict[str, Any]] | None:
     for i, ch in enumerate(region):
         if ch != "{":
             continue
-        found = _json_at(region, i)
+        found = json_at(region, i)
         if found is None or not isinstance(found[0], dict):
             continue
         data, end = found
@@ -338,7 +244,7 @@ def _json_spans_containing(text: str, start: int, end: int) -> list[tuple[int, i
     spans = []
     for i in range(start):
         if text[i] in "{[":
-            found = _json_at(text, i)
+            found = json_at(text, i)
             if found is not None and found[1] >= end:
                 spans.append((i, found[1]))
     return spans
@@ -350,7 +256,7 @@ def _json_call_object_in(text: str, names: tuple[str, ...]) -> tuple[int, int, A
     for i, ch in enumerate(text):
         if ch != "{":
             continue
-        found = _json_at(text, i)
+        found = json_at(text, i)
         if found is None or not isinstance(found[0], dict):
             continue
         data, end = found
@@ -366,7 +272,7 @@ def _json_call_object_in(text: str, names: tuple[str, ...]) -> tuple[int, int, A
 
 def _object_pattern(text: str, args: dict[str, Any]) -> tuple[str, ...]:
     """A call's JSON object as literals around its slots (name, arguments, id)."""
-    spans = _json_spans(text, args)
+    spans = json_spans(text, args)
     if not spans:
         raise NotLearnt("arguments written as text")  # e.g. a JSON string of JSON
     a_start, a_end = spans[-1]
@@ -407,10 +313,10 @@ def _split_markers(
         return {"call_start": before, "call_end": after}
     (_, e1), (s2, _) = spans
     middle = two[e1:s2]
-    end_n = _cut_head(after, _common_prefix(after, middle))
+    end_n = cut_head(after, common_prefix(after, middle))
     call_end = after[:end_n]
     rest = middle[end_n:]
-    start_n = _cut_tail(before, min(_common_suffix(before, rest), len(rest)))
+    start_n = cut_tail(before, min(common_suffix(before, rest), len(rest)))
     call_start = before[len(before) - start_n :]
     return {
         "section_start": before[: len(before) - start_n],
@@ -426,7 +332,7 @@ def _split_markers(
 
 def _head(region: str, name: str, start: int = 0) -> tuple[int, int, int, int]:
     """(call start, name start, name end, id position or -1) of the call to `name`."""
-    at = _find(region, name, start)
+    at = locate(region, name, start)
     ident = -1
     for candidate in IDS:
         found = region.find(candidate, start)
@@ -448,7 +354,7 @@ def _id_split(text: str, ident: int, offset: int) -> tuple[str, str] | None:
 def _learn_tag_json(one: str, two: str) -> CallSyntax:
     args = {INT_KEY: INT_VALUE, STR_KEY: STR_VALUE}
     begin, _, name_end, ident = _head(one, NAME)
-    a_start, a_end = next(s for s in _json_spans(one, args) if s[0] >= name_end)
+    a_start, a_end = next(s for s in json_spans(one, args) if s[0] >= name_end)
     name_suffix, id_slot, id_kind, id_suffix = _name_suffix(one, name_end, a_start, ident)
     if id_slot == "before_name":
         id_suffix = one[ident + len(IDS[0]) : one.index(NAME, ident)]
@@ -456,7 +362,7 @@ def _learn_tag_json(one: str, two: str) -> CallSyntax:
     pos = 0
     for name, value in ((NAME, INT_VALUE), (OTHER, OTHER_VALUE)) if two else ():
         b, _, n_end, _ = _head(two, name, pos)
-        e = next(s[1] for s in _json_spans(two, {INT_KEY: value}) if s[0] >= n_end)
+        e = next(s[1] for s in json_spans(two, {INT_KEY: value}) if s[0] >= n_end)
         spans.append((b, e))
         pos = e
     if not id_slot and spans:
@@ -491,7 +397,7 @@ def _index_slot(
     where the text after the second name differs from the first's, there is a slot."""
     second = two.index(OTHER, spans[1][0]) + len(OTHER)
     other_suffix = two[second : second + len(name_suffix) + 4]
-    n = _common_prefix(name_suffix, other_suffix)
+    n = common_prefix(name_suffix, other_suffix)
     if n == len(name_suffix):
         return "", "", name_suffix, ""
     tail = name_suffix[n:]
@@ -504,22 +410,22 @@ def _index_slot(
 def _learn_tagged(one: str, two: str, *, only_int: str, only_str: str, empty: str) -> CallSyntax:
     begin, _, name_end, ident = _head(one, NAME)
     keys = {
-        "j": (_find(one, INT_KEY, name_end), str(INT_VALUE)),
-        "s": (_find(one, STR_KEY, name_end), STR_VALUE),
+        "j": (locate(one, INT_KEY, name_end), str(INT_VALUE)),
+        "s": (locate(one, STR_KEY, name_end), STR_VALUE),
     }
-    values = {k: _find(one, v, at + len(INT_KEY)) for k, (at, v) in keys.items()}
+    values = {k: locate(one, v, at + len(INT_KEY)) for k, (at, v) in keys.items()}
     first, last = sorted(keys, key=lambda k: keys[k][0])
     key_suffix = {k: one[keys[k][0] + len(INT_KEY) : values[k]] for k in keys}
     value_end = {k: values[k] + len(keys[k][1]) for k in keys}
     between = one[value_end[first] : keys[last][0]]
     tails = {"j": _after(only_int, str(INT_VALUE)), "s": _after(only_str, STR_VALUE)}
-    common = _common_suffix(tails["j"], tails["s"])
+    common = common_suffix(tails["j"], tails["s"])
     value_suffix = {k: tails[k][: len(tails[k]) - common] for k in tails}
     rest = tails["j"][len(value_suffix["j"]) :]
     if not between.startswith(value_suffix[first]):
         raise NotLearnt("arguments' separator")
     arg_sep = between[len(value_suffix[first]) :]
-    shared = _cut_head(rest, _common_prefix(arg_sep, rest))
+    shared = cut_head(rest, common_prefix(arg_sep, rest))
     value_suffix = {k: v + rest[:shared] for k, v in value_suffix.items()}
     arg_sep, rest = arg_sep[shared:], rest[shared:]
     name_suffix, id_slot, id_kind, args_start = _name_suffix(one, name_end, keys[first][0], ident)
@@ -531,7 +437,7 @@ def _learn_tagged(one: str, two: str, *, only_int: str, only_str: str, empty: st
     pos = 0
     for name, value in ((NAME, INT_VALUE), (OTHER, OTHER_VALUE)) if two else ():
         b, _, n_end, _ = _head(two, name, pos)
-        v = _find(two, str(value), n_end)
+        v = locate(two, str(value), n_end)
         spans.append((b, v + len(str(value)) + len(value_suffix["j"])))
         pos = spans[-1][1]
     if not id_slot and spans:
@@ -562,13 +468,4 @@ def _learn_tagged(one: str, two: str, *, only_int: str, only_str: str, empty: st
 
 
 def _after(region: str, value: str) -> str:
-    return region[_find(region, value, region.find(NAME)) + len(value) :]
-
-
-def written_calls(template: str, calls: list[tuple[str, dict[str, Any]]]) -> str:
-    """What the template writes for an assistant turn of these calls, where a plain answer
-    would be (after the generation prompt, before the end of turn): the text a model trained
-    on it writes. `calls`: (name, arguments) pairs."""
-    plain = _answer(template, Message("assistant", PLAIN))
-    made = tuple(ToolCall(IDS[i % 2], n, json.dumps(a)) for i, (n, a) in enumerate(calls))
-    return _region(plain, _answer(template, Message("assistant", "", tool_calls=made)))
+    return region[locate(region, value, region.find(NAME)) + len(value) :]

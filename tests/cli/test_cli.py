@@ -9,8 +9,8 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from specllama import session
 from specllama.cli.app import app
+from specllama.session import drafter_choice
 
 pytestmark = pytest.mark.slow
 
@@ -257,7 +257,7 @@ def test_mtp_on_a_model_without_mtp_layers_is_a_usage_error(smol_q4):
 def test_a_build_without_the_mtp_symbols_degrades_in_one_line(qwen35_mtp, monkeypatch):
     """Asked for, it is one usage error naming what is missing; by default, n-gram lookup."""
     missing = "this llama-cpp-python (0.3.x) cannot run MTP heads (missing load_mtp)"
-    monkeypatch.setattr(session, "mtp_support", lambda: missing)
+    monkeypatch.setattr(drafter_choice, "mtp_support", lambda: missing)
     result = invoke("Hi", "--target", qwen35_mtp, "--drafter", "mtp")
     assert_one_line_error(result, 2, "missing load_mtp")
     assert run_json("--target", qwen35_mtp)["drafter"] == "ngram"

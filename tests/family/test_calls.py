@@ -11,10 +11,10 @@ import random
 import pytest
 from chat_templates import all_templates, template_names
 
-from specllama.family.analysis import written_calls
 from specllama.family.calls import LearntFormat
 from specllama.family.detect import tool_format
 from specllama.family.harmony import HarmonyFormat
+from specllama.family.probes import written_calls
 from specllama.tool_calls import (
     CallStream,
     Llama3,

@@ -1,28 +1,20 @@
 """Load a draft/target pair once, then generate from prompts or conversations.
 
-What the commands (run, chat, bench) share: loading both models, the vocabulary check, building
-the drafter, turning messages into prompt tokens, and running the loop.
+What the commands (run, chat, bench) and the server share: loading both models, the vocabulary
+check, building the drafter, the memory of what was written, running the loop, and the measured
+costs and controller that choose its drafts. Its prompts and thinking are `prompts`' part.
 """
 
 from __future__ import annotations
 
 import copy
 import hashlib
-from collections.abc import Callable, Collection, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
-
-import psutil
 
 from specllama import memory_store
-from specllama.chat import Message, plain_prompt, render_chat
-from specllama.engine.assistant import AssistantDrafter
-from specllama.engine.budget import ThinkingWatch, bounded
 from specllama.engine.constraint import ConstraintSpec, Grammar, compile_constraint
 from specllama.engine.control import DraftController, FixedLength
-from specllama.engine.detok import TextStream
-from specllama.engine.dflash import DFlashDrafter
 from specllama.engine.drafters import (
     CombinedDrafter,
     Drafter,
@@ -30,168 +22,33 @@ from specllama.engine.drafters import (
     NgramDrafter,
     NoDrafter,
 )
-from specllama.engine.eagle3 import Eagle3Drafter
 from specllama.engine.events import Event, FinishEvent, TokenEvent
 from specllama.engine.memory import TokenMemory
 from specllama.engine.mtp import MtpDrafter
 from specllama.engine.prediction import Prediction
 from specllama.engine.sampling import SamplingParams
 from specllama.engine.speculative import generate
-from specllama.errors import ModelLoadError, UsageError
-from specllama.family.thinking import (
-    ReasoningMode,
-    TemplateThinking,
-    ThinkingSplit,
-    opens_thinking,
-    template_thinking,
-    thinking_settings,
-)
-from specllama.llama import gguf_info, rpc
-from specllama.llama.assistant import AssistantHead
+from specllama.errors import UsageError
+from specllama.llama import rpc
 from specllama.llama.backend import LlamaBackend, default_threads
 from specllama.llama.dflash import DFlashHead
 from specllama.llama.eagle3 import Eagle3Head
 from specllama.llama.evaluated import EvaluatedTokens
 from specllama.llama.grammar import tokenizer_for
 from specllama.llama.library import build_facts
-from specllama.llama.mtp import MtpHead, mtp_support
-from specllama.llama.rpc import DEFAULT_TIMEOUT_S
-from specllama.models.catalog import DRAFTERS
+from specllama.llama.mtp import MtpHead
 from specllama.models.compat import check_compatible
 from specllama.models.hardware import gpu_backend
 from specllama.policy import calibration, trust
 from specllama.policy.controller import AdaptiveController
 from specllama.policy.costs import Costs
-
-# The draft heads that come in their own file (`control.HEADS`), and how each drafts.
-HEAD_KINDS = {
-    "eagle3": (Eagle3Head, Eagle3Drafter),
-    "dflash": (DFlashHead, DFlashDrafter),
-    "assistant": (AssistantHead, AssistantDrafter),
-}
+from specllama.session.config import EngineConfig
+from specllama.session.default_slots import auto_slots
+from specllama.session.drafter_choice import HEAD_KINDS, check_drafter, head_kind, refuse_fork_head
+from specllama.session.prompts import PromptsAndThinking
 
 
-def check_drafter(name: str) -> None:
-    if name not in DRAFTERS:
-        raise UsageError(f"unknown drafter {name!r}: choose one of {', '.join(DRAFTERS)}")
-
-
-def check_draft_max(draft_max: int) -> None:
-    if draft_max < 1:
-        raise UsageError(f"--draft-max must be at least 1, got {draft_max}")
-
-
-ADAPTIVE_DRAFT_MAX = 16
-PROMPT_TAIL = 8  # the prompt's last tokens: enough to hold a start marker (Kimi K3's is 4)
-
-
-def mtp_problem(target: Path) -> str | None:
-    """Why `target` cannot draft with its own head here (None: it can): the file carries no
-    MTP layers, or this llama-cpp-python cannot run them. Reads the header only."""
-    try:
-        header = gguf_info.read_header(target)
-    except ModelLoadError:
-        return None  # loading it says what is wrong, in its own words
-    if not header.has_mtp:
-        return f"{target.name} has no MTP layers (its own draft head: nextn_predict_layers)"
-    return mtp_support()
-
-
-def head_kind(draft: Path | None) -> str | None:
-    """The drafter a draft file needs when it is a draft head ("eagle3", "dflash"), else
-    None."""
-    if draft is None:
-        return None
-    try:
-        return gguf_info.read_header(draft).head_kind
-    except ModelLoadError:
-        return None  # loading it says what is wrong, in its own words
-
-
-def refuse_fork_head(draft: Path) -> None:
-    """A draft head written for a llama.cpp fork is one line, before anything loads."""
-    try:
-        header = gguf_info.read_header(draft)
-    except ModelLoadError:
-        return  # loading it says what is wrong, in its own words
-    if kind := header.fork_head:
-        raise UsageError(
-            f"{draft.name} is a {kind} head written for a llama.cpp fork (architecture "
-            f"{header.architecture}), which llama.cpp does not load",
-            hint="convert the drafter with llama.cpp's convert_hf_to_gguf.py --target-model-dir",
-        )
-
-
-def default_drafter(target: Path, draft: Path | None, *, draft_named: bool) -> str:
-    """The drafter when none is asked for: a draft the user named (as the head it is, for a
-    draft head's file); else the target's own MTP head where it has one and it runs here; else
-    a draft found, or n-gram lookup."""
-    if draft is not None and draft_named:
-        return head_kind(draft) or "model"
-    if mtp_problem(target) is None:
-        return "mtp"
-    return "model" if draft is not None else "ngram"
-
-
-@dataclass(frozen=True)
-class EngineConfig:
-    target: Path
-    draft: Path | None = None
-    drafter: str = "model"  # one of DRAFTERS
-    draft_max: int = 4  # --fixed drafts this many tokens a round
-    # The adaptive controller's cap on the draft model: it chooses shorter drafts itself.
-    adaptive_draft_max: int = ADAPTIVE_DRAFT_MAX
-    n_ctx: int = 4096
-    n_gpu_layers: int = 0
-    n_gpu_layers_draft: int = 0
-    n_threads: int | None = None
-    extra_buffers: bool | None = None  # llama.cpp's extra buffer types; None: safe automatic
-    # Adaptive: draft length, source (n-gram first, then the draft model) and on/off chosen
-    # each round from measured costs and acceptance. Fixed: always draft_max from one drafter.
-    adaptive: bool = True
-    # RPC workers (HOST:PORT) for the target's offloaded layers; the draft stays here.
-    rpc: tuple[str, ...] = ()
-    rpc_timeout_s: float = DEFAULT_TIMEOUT_S
-    # Keep the memory of prompts and answers in this folder between runs (None: in RAM only).
-    remember: Path | None = None
-    # Sequences each context holds, n_ctx tokens each: a server's slots (`--parallel`). None:
-    # as many as the pair affords here (`auto_slots`).
-    n_seq: int | None = 1
-    # Exact mode (`specllama.llama.exact`): kernels that give a verified token the logits it
-    # gets alone, at some speed; chosen once per process, before its first model loads.
-    exact: bool = False
-
-    def __post_init__(self) -> None:
-        check_drafter(self.drafter)
-        check_draft_max(self.draft_max)
-        check_draft_max(self.adaptive_draft_max)
-        if self.n_ctx < 16:
-            raise UsageError(f"--ctx must be at least 16, got {self.n_ctx}")
-        if self.drafter == "model" and self.draft is None:
-            raise UsageError("--drafter model needs a draft model (--draft or --pair)")
-        if self.drafter in HEAD_KINDS and self.draft is None:
-            raise UsageError(f"--drafter {self.drafter} needs the head's file (--draft FILE.gguf)")
-        if self.n_seq is not None and self.n_seq < 1:
-            raise UsageError(f"--parallel must be at least 1, got {self.n_seq}")
-        if (self.n_seq or 1) > 1 and self.follows_one_sequence:
-            raise UsageError(
-                f"--parallel {self.n_seq} cannot run --drafter {self.drafter}: a draft head "
-                "reads the target's hidden rows of one sequence",
-                hint="--parallel 1, or --drafter model / ngram",
-            )
-
-    @property
-    def follows_one_sequence(self) -> bool:
-        """A draft head reads the target's hidden rows as one sequence decodes them."""
-        return self.drafter in HEAD_KINDS or self.drafter == "mtp"
-
-    @property
-    def mtp(self) -> bool:
-        """Draft with the target's own head: its MTP layers are loaded, and a context made."""
-        return self.drafter == "mtp"
-
-
-class Engine:
+class Engine(PromptsAndThinking):
     """A loaded target (and draft model, when one is given) with the current drafter choice."""
 
     def __init__(self, config: EngineConfig) -> None:
@@ -356,107 +213,6 @@ class Engine:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    # -- prompts ----------------------------------------------------------------------------
-
-    def prompt_tokens(
-        self,
-        messages: list[Message],
-        *,
-        chat_template: bool = True,
-        tools: list[dict[str, Any]] | None = None,
-        template_kwargs: dict[str, Any] | None = None,
-    ) -> list[int]:
-        return prompt_tokens(
-            self.target,
-            messages,
-            chat_template=chat_template,
-            tools=tools,
-            template_kwargs=template_kwargs,
-        )
-
-    def text_tokens(self, text: str) -> list[int]:
-        """Text as the target would write it in an answer (no BOS, special tokens as text)."""
-        return self.target.tokenize(text, add_bos=False, special=False)
-
-    def target_text_stream(self, preserved: Collection[str] = ()) -> TextStream:
-        """The target's tokens as text; the `preserved` markers (a family's `<think>`,
-        `<tool_call>`...) that are one token each are written as their text even when that
-        token is a control token."""
-        return TextStream(self.target, self.marker_tokens(preserved))
-
-    def marker_tokens(self, markers: Collection[str]) -> set[int]:
-        """The ids of the `markers` that the target's vocabulary holds as one token."""
-        ids = set()
-        for marker in markers:
-            tokens = self.target.tokenize(marker, add_bos=False, special=True)
-            if len(tokens) == 1:
-                ids.add(tokens[0])
-        return ids
-
-    # -- thinking ---------------------------------------------------------------------------
-
-    @property
-    def thinking(self) -> TemplateThinking | None:
-        """What the target's chat template says about thinking (None: its family does not
-        think)."""
-        return template_thinking(self.target.chat_template)
-
-    def reasoning_prompt(
-        self,
-        messages: list[Message],
-        mode: ReasoningMode = "auto",
-        *,
-        chat_template: bool = True,
-        tools: list[dict[str, Any]] | None = None,
-    ) -> list[int]:
-        """The prompt tokens, rendered for a reasoning mode: the template's own switch, or an
-        empty thinking block closed after the generation prompt (`thinking_settings`)."""
-        settings = thinking_settings(self.target.chat_template if chat_template else None, mode)
-        kwargs = settings.template_kwargs or None
-        tokens = self.prompt_tokens(
-            messages, chat_template=chat_template, tools=tools, template_kwargs=kwargs
-        )
-        if settings.prefill:
-            tokens += self.target.tokenize(settings.prefill, add_bos=False, special=True)
-        return tokens
-
-    def answer_split(self, prompt: list[int]) -> ThinkingSplit | None:
-        """A splitter of the answer to `prompt` into thinking and text (None: no thinking),
-        begun inside the thinking when the prompt opened it. Read the answer with
-        `target_text_stream(thinking.syntax.markers)`, so that markers reach it."""
-        if self.thinking is None:
-            return None
-        syntax = self.thinking.syntax
-        tail = "".join(map(self.target.special_token_text, prompt[-PROMPT_TAIL:]))
-        return ThinkingSplit(syntax, inside=opens_thinking(syntax, tail))
-
-    def generate_thinking(
-        self,
-        prompt: list[int],
-        params: SamplingParams,
-        *,
-        max_tokens: int,
-        budget: int | None = None,
-        **options: Any,
-    ) -> Iterator[Event]:
-        """`generate`, with the thinking bounded to `budget` tokens (None: unbounded): then its
-        end marker is written and the answer goes on (`engine.budget`)."""
-        split = self.answer_split(prompt) if budget is not None else None
-        if split is None or self.thinking is None:
-            return self.generate(prompt, params, max_tokens=max_tokens, **options)
-        if options.get("constraint") is not None:
-            raise UsageError("a thinking budget does not go with an output rule (a schema)")
-        params = params.with_seed()  # one seed for every phase
-        watch = ThinkingWatch(self.target_text_stream(self.thinking.syntax.markers), split)
-        return bounded(
-            lambda context, n: self.generate(context, params, max_tokens=n, **options),
-            prompt,
-            max_tokens=max_tokens,
-            budget=budget,
-            end=self.target.tokenize(self.thinking.ending, add_bos=False, special=True),
-            watch=watch,
-        )
 
     def compile_constraint(self, spec: ConstraintSpec) -> Grammar:
         """`spec` compiled for the target's vocabulary (ConstraintError if it cannot be);
@@ -625,35 +381,6 @@ class Engine:
         return self.controller
 
 
-# Slots a server runs by default on a CPU: as many answers at once cost no throughput there
-# (a step's tokens cost what they would one request after another) and spare the short ones
-# the wait behind a long one (research/RESULTS.md, issue 42).
-DEFAULT_SLOTS = 4
-
-
-def auto_slots(config: EngineConfig) -> int:
-    """The slots `serve` runs when --parallel is not given: DEFAULT_SLOTS on a CPU, fewer where
-    their KV caches would take more than a quarter of the memory free now; one where a draft
-    head follows one sequence, or on a GPU, where pipelined drafting (which a slot gives up) is
-    what pays for one user."""
-    on_gpu = build_facts().gpu_offload and config.n_gpu_layers != 0
-    if on_gpu or config.follows_one_sequence:
-        return 1
-    models = (config.target, config.draft)
-    per_slot = config.n_ctx * sum(_kv_bytes_per_token(path) for path in models)
-    room = psutil.virtual_memory().available // 4
-    return max(1, min(DEFAULT_SLOTS, room // per_slot)) if per_slot else DEFAULT_SLOTS
-
-
-def _kv_bytes_per_token(path: Path | None) -> int:
-    if path is None:
-        return 0
-    try:
-        return gguf_info.read_header(path).kv_bytes_per_token or 0
-    except (OSError, ValueError):
-        return 0  # loading it says what is wrong
-
-
 def vocabulary_key(target: LlamaBackend) -> str:
     """A short digest of every token's text: what a remembered token id means."""
     digest = hashlib.sha256()
@@ -667,35 +394,3 @@ def _ngram_of(drafter: Drafter) -> NgramDrafter | None:
     if isinstance(drafter, NgramDrafter):
         return drafter
     return drafter.ngram if isinstance(drafter, CombinedDrafter) else None
-
-
-def prompt_tokens(
-    target: LlamaBackend,
-    messages: list[Message],
-    *,
-    chat_template: bool = True,
-    tools: list[dict[str, Any]] | None = None,
-    template_kwargs: dict[str, Any] | None = None,
-) -> list[int]:
-    """Messages -> the target's prompt tokens, through the model's own chat template (shown
-    `tools`, OpenAI's function tools, when there are some, and `template_kwargs`, a request's
-    `chat_template_kwargs`)."""
-    if not chat_template:
-        return target.tokenize("\n\n".join(m.content for m in messages))
-    template = target.chat_template
-    if template is None:
-        return target.tokenize(plain_prompt(messages))
-    vocab = target.vocab
-    bos = target.special_token_text(vocab.bos) if vocab.add_bos else ""
-    eos = target.special_token_text(vocab.eos)
-    text = render_chat(
-        template,
-        messages,
-        bos_token=bos,
-        eos_token=eos,
-        tools=tools,
-        template_kwargs=template_kwargs,
-    )
-    # A template that writes the BOS itself must not get a second one from the tokenizer.
-    add_bos = vocab.add_bos and not (bos and text.startswith(bos))
-    return target.tokenize(text, add_bos=add_bos)
