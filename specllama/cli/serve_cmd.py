@@ -158,6 +158,16 @@ def serve(
     ] = None,
     reasoning: ReasoningOpt = "auto",
     reasoning_budget: ReasoningBudget = -1,
+    keepalive: Annotated[
+        float,
+        typer.Option(
+            "--keepalive",
+            metavar="SECONDS",
+            min=0.1,
+            help="Seconds of silence after which a stream says it is still working (while a "
+            "long prompt is evaluated), so that clients with an idle timeout wait.",
+        ),
+    ] = 5.0,
 ) -> None:
     """An OpenAI-compatible HTTP server (chat and text completions) over the pair, with a chat
     page at its address that shows what speculation does."""
@@ -200,6 +210,7 @@ def serve(
         cache_bytes=(default_cache_mb() if cache_ram is None else cache_ram) * 2**20,
         reasoning=mode,
         reasoning_budget=budget,
+        keepalive_s=keepalive,
     )
     console = ui.stderr_console()
     if api_key is None and not is_loopback(host):

@@ -25,6 +25,7 @@ from specllama.errors import ContextOverflowError, ModelLoadError
 from specllama.llama import amx, rpc
 from specllama.llama import exact as exact_mode
 from specllama.llama.evaluated import (
+    DecodeInterrupted,
     EvaluatedTokens,
     Part,
     SavedState,
@@ -63,6 +64,35 @@ def fill_batch(
         batch.seq_id[at][0] = seq
         batch.logits[at] = i in logits_at
     batch.n_tokens = offset + len(tokens)
+
+
+# llama_decode's status when its abort callback said stop.
+ABORTED = 2
+
+
+def _watch_abort_flag(llama_cpp: object, ctx: object) -> ctypes.Array | None:
+    """A flag llama.cpp reads before each node of a graph it computes on the CPU: set its first
+    byte, and the decode under way stops (`LlamaBackend.abort_decodes`).
+
+    The callback is libc's strlen on the two-byte buffer [flag, 0]: it returns exactly 0 or 1,
+    which reads as the callback's bool under any calling convention. A Python callback would
+    take the GIL at every node of every decode (hundreds per token, and a wait whenever another
+    thread runs Python); this costs nanoseconds. None where no C library is found: decodes then
+    stop between chunks only."""
+    strlen = _libc_strlen()
+    if strlen is None:
+        return None
+    flag = ctypes.create_string_buffer(2)
+    callback = llama_cpp.ggml_abort_callback(ctypes.cast(strlen, ctypes.c_void_p).value)
+    llama_cpp.llama_set_abort_callback(ctx, callback, ctypes.cast(flag, ctypes.c_void_p))
+    return flag
+
+
+def _libc_strlen() -> object | None:
+    for load in (lambda: ctypes.CDLL(None), lambda: ctypes.cdll.msvcrt):
+        with contextlib.suppress(OSError, AttributeError, TypeError):
+            return load().strlen
+    return None
 
 
 def default_threads() -> int:
@@ -208,6 +238,8 @@ class LlamaBackend(EvaluatedTokens):
             llama_cpp.llama_model_free(self._model)
             raise ModelLoadError(f"llama.cpp could not create a context for {self.path}")
         self._memory = llama_cpp.llama_get_memory(self._ctx)
+        self._abort_flag = _watch_abort_flag(llama_cpp, self._ctx)
+        self.aborted = False
         # llama.cpp pads the context up (to 256); the limit the user asked for is the one we keep.
         self.n_ctx = min(n_ctx // n_seq, llama_cpp.llama_n_ctx_seq(self._ctx))
         self.n_seq = n_seq
@@ -254,6 +286,14 @@ class LlamaBackend(EvaluatedTokens):
         return self._watchdog.armed() if self._watchdog else contextlib.nullcontext()
 
     # -- lifetime ---------------------------------------------------------------------------
+
+    def abort_decodes(self) -> None:
+        """From any thread: the decode under way stops at its next graph node (on the CPU;
+        elsewhere at its next chunk) and every later one at once, with DecodeInterrupted. For
+        a server that is stopping: a chunk of a long prompt can take seconds."""
+        self.aborted = True
+        if self._abort_flag is not None:
+            self._abort_flag[0] = b"\x01"
 
     def close(self) -> None:
         if getattr(self, "_ctx", None):
@@ -370,6 +410,8 @@ class LlamaBackend(EvaluatedTokens):
             out = np.empty((len(wanted), self.n_vocab), dtype=np.float32)
             filled = 0
             for start in range(0, len(tokens), self.n_batch):
+                if start:
+                    self.stop_if_interrupted()
                 chunk = tokens[start : start + self.n_batch]
                 in_chunk = [i - start for i in wanted if start <= i < start + len(chunk)]
                 with self._waiting():
@@ -393,9 +435,13 @@ class LlamaBackend(EvaluatedTokens):
         return rows
 
     def _decode_chunk(self, chunk: Sequence[int], logits_at: Sequence[int]) -> None:
+        if self.aborted:
+            raise DecodeInterrupted("the server is stopping")
         batch = self._batch
         fill_batch(batch, chunk, self.n_past, set(logits_at))
         status = self._lib.llama_decode(self._ctx, batch)
+        if status == ABORTED:  # llama.cpp dropped this chunk: what came before stays
+            raise DecodeInterrupted(f"aborted after {self.n_past} tokens")
         if status != 0:
             raise ContextOverflowError(
                 f"llama.cpp failed to evaluate {len(chunk)} tokens (status {status})",
@@ -410,6 +456,8 @@ class LlamaBackend(EvaluatedTokens):
         return each part's logits rows (copies), in order. The caller keeps each sequence's
         bookkeeping (`specllama.llama.sequences`); this context's own, sequence 0's, is not
         touched."""
+        if self.aborted:
+            raise DecodeInterrupted("the server is stopping")
         offset = 0
         for part in parts:
             fill_batch(
@@ -424,6 +472,8 @@ class LlamaBackend(EvaluatedTokens):
         started = time.perf_counter()
         with self._waiting():
             status = self._lib.llama_decode(self._ctx, self._batch)
+            if status == ABORTED:
+                raise DecodeInterrupted("the batch was aborted")
             if status != 0:
                 raise ContextOverflowError(
                     f"llama.cpp failed to evaluate a batch of {offset} tokens (status {status})",
@@ -470,6 +520,13 @@ class LlamaBackend(EvaluatedTokens):
             return False
         self.tokens = list(saved.tokens)
         return True
+
+    def state_size(self) -> int:
+        """The bytes `save_state` would copy (measured without copying)."""
+        return self.sequence_state_size(0)
+
+    def sequence_state_size(self, seq: int) -> int:
+        return int(self._lib.llama_state_seq_get_size(self._ctx, seq))
 
     def save_sequence(self, seq: int, tokens: Sequence[int]) -> SavedState:
         """Sequence `seq`'s KV cache copied out, with the tokens it holds."""

@@ -5,7 +5,7 @@ with the tests' fake backend), a saved state, and one sequence's part of a share
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,6 +28,11 @@ class SavedState:
     tokens: tuple[int, ...]
     data: ctypes.Array
     size: int  # bytes of `data` written
+
+
+class DecodeInterrupted(Exception):
+    """A long decode stopped between its chunks (its `interrupted` check said so), or llama.cpp
+    aborted one (`LlamaBackend.abort_decodes`): what was evaluated before stays evaluated."""
 
 
 def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
@@ -54,6 +59,10 @@ class EvaluatedTokens:
     # Time its decodes spent on other sequences' tokens, in a step shared with them (a
     # server's slots): part of a round's wall time, but not what the round cost.
     waited_seconds: float = 0.0
+    # Asked before each chunk of a long decode but its first (a prompt's, in pieces): True
+    # stops it there with DecodeInterrupted, keeping the chunks already evaluated, so that a
+    # client gone away stops its prompt within a chunk and a retry goes on from there.
+    interrupted: Callable[[], bool] | None = None
 
     def decode(
         self, tokens: Sequence[int], logits_at: Sequence[int] = (), *, copy: bool = True
@@ -62,6 +71,11 @@ class EvaluatedTokens:
 
     def _forget(self, n_past: int) -> None:
         raise NotImplementedError
+
+    def stop_if_interrupted(self) -> None:
+        """Between two chunks of a decode: raise DecodeInterrupted when asked to stop."""
+        if self.interrupted is not None and self.interrupted():
+            raise DecodeInterrupted(f"stopped after {self.n_past} tokens")
 
     @property
     def n_past(self) -> int:

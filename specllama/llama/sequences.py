@@ -232,6 +232,8 @@ class SequenceView(EvaluatedTokens):
         out = np.empty((len(wanted), self.model.n_vocab), dtype=np.float32)
         filled = 0
         for start in range(0, len(tokens), self.chunk):
+            if start:  # a prompt, one chunk a step: its client may have gone meanwhile
+                self.stop_if_interrupted()
             chunk = list(tokens[start : start + self.chunk])
             in_chunk = [i - start for i in wanted if start <= i < start + len(chunk)]
             part = Part(self.seq, self.n_past, chunk, in_chunk)
@@ -250,6 +252,10 @@ class SequenceView(EvaluatedTokens):
     def _forget(self, n_past: int) -> None:
         with self.stepper.lock(self.model):
             self.model.forget(self.seq, n_past)
+
+    def state_size(self) -> int:
+        with self.stepper.lock(self.model):
+            return self.model.sequence_state_size(self.seq)
 
     def save_state(self) -> SavedState:
         with self.stepper.lock(self.model):

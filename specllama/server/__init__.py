@@ -3,7 +3,8 @@ Responses, Anthropic's Messages, and the chat page.
 
 The app and its guard; one module per wire format, each reading into the one request type
 (request, fields) and writing its answer back (wire); the preparation of a request; the
-queue that runs one generation at a time.
+queue and its slots (queue, slots), the driver that turns one generation's engine events into
+its answer (driver), the prompt cache; what GET /metrics counts and shows (metrics).
 
 May import: session, policy, engine, models, llama, chat, errors, paths.
 """

@@ -27,8 +27,8 @@ from specllama.chat import Message, ToolCall
 from specllama.engine.constraint import ConstraintSpec
 from specllama.family.pieces import Piece, Reading
 from specllama.family.reader import read_whole
+from specllama.server.driver import Done, Text
 from specllama.server.fields import ApiError, Fields, off, unsupported
-from specllama.server.queue import Done, Text
 from specllama.server.request import (
     Attachments,
     GenerationRequest,
@@ -39,7 +39,7 @@ from specllama.server.request import (
     stops,
     unique_tools,
 )
-from specllama.server.wire import Event, Served, Wire, specllama_stats
+from specllama.server.wire import Event, Served, Wire, specllama_stats, sse
 from specllama.tool_calls import Tool
 
 PATH = "/v1/messages"
@@ -475,6 +475,9 @@ class MessageAnswer:
 
     def failure(self, error: ApiError) -> list[Event]:
         return [("error", error_body(error))]
+
+    def keepalive(self) -> str:
+        return sse(("ping", {"type": "ping"}))  # as Anthropic's API keeps a stream alive
 
     def closing(self) -> str:
         return ""

@@ -1,11 +1,12 @@
 """`specllama serve`: the HTTP APIs (Starlette on uvicorn) over one loaded Engine.
 
-Routes: GET /health, GET /slots, GET /v1/models[/{id}], and one POST route per wire format,
-each its own module that reads its request into the one request type and writes its answer
-back, whole or as server-sent events: /v1/chat/completions and /v1/completions (openai_chat),
-/v1/responses (openai_responses), /v1/messages and /v1/messages/count_tokens (anthropic); the
-chat page at / (page) and what it shows of the server at GET /specllama/status. Every request
-passes the guard first (guard: Host, Origin, JSON bodies).
+Routes: GET /health, GET /slots, GET /metrics (Prometheus' text format: metrics), GET
+/v1/models[/{id}], and one POST route per wire format, each its own module that reads its
+request into the one request type and writes its answer back, whole or as server-sent events:
+/v1/chat/completions and /v1/completions (openai_chat), /v1/responses (openai_responses),
+/v1/messages and /v1/messages/count_tokens (anthropic); the chat page at / (page) and what it
+shows of the server at GET /specllama/status. Every request passes the guard first (guard:
+Host, Origin, JSON bodies).
 
 A request is read by its API, prepared off the event loop (prepare: prompt tokens, tool-call
 syntax, output rule) and queued: the queue's slots run the generations, one each, several at
@@ -43,21 +44,15 @@ from specllama.engine.sampling import SamplingParams
 from specllama.errors import SpecllamaError
 from specllama.family.thinking import ReasoningMode
 from specllama.server import anthropic, openai_chat, openai_responses
+from specllama.server.driver import Cancelled, Done, Failed, Text, Work
 from specllama.server.fields import ApiError, parse_json
 from specllama.server.guard import Guard, host_names
+from specllama.server.metrics import CONTENT_TYPE as METRICS_TYPE
+from specllama.server.metrics import now_of
 from specllama.server.page import page_routes
 from specllama.server.prepare import Preparer
 from specllama.server.prompt_cache import PromptCache, unusable
-from specllama.server.queue import (
-    Cancelled,
-    Done,
-    Failed,
-    GenerationQueue,
-    Job,
-    QueueFull,
-    Text,
-    Work,
-)
+from specllama.server.queue import GenerationQueue, Job, QueueFull
 from specllama.server.wire import Answer, Served, Wire, sse
 from specllama.session import Engine
 
@@ -66,6 +61,10 @@ log = logging.getLogger("specllama.server.app")
 MAX_BODY_BYTES = 8 * 1024 * 1024
 RETRY_AFTER_S = 1
 GRACEFUL_SHUTDOWN_S = 2  # then a streaming answer is cancelled, so Ctrl-C never hangs
+# Seconds of silence after which a stream says it is still working (a long prompt is being
+# evaluated): agents give up on a stream that says nothing for a while (Claude Code retried a
+# prompt of 18K tokens after ~5 minutes of one `ping`).
+KEEPALIVE_S = 5.0
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 FULL_CONTEXT = "context_length_exceeded"  # the code of a prompt the context cannot hold
 
@@ -84,6 +83,7 @@ class Settings:
     cache_bytes: int = 0  # the prompt cache's bound (--cache-ram); 0: off
     reasoning: ReasoningMode = "auto"  # thinking on, off, or as the template has it (--reasoning)
     reasoning_budget: int | None = None  # most thinking tokens (--reasoning-budget); None: any
+    keepalive_s: float = KEEPALIVE_S  # silence after which a stream says it is alive
 
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -108,6 +108,14 @@ class Api:
         cache = queue.cache.facts() if queue.cache is not None else None
         facts = {"status": "ok", "model": self.settings.model_id, **busy, "prompt_cache": cache}
         return JSONResponse(facts)
+
+    async def metrics(self, request: Request) -> Response:
+        """Prometheus' text format: the counters since the server started, the gauges now.
+        On without a flag (llama-server asks for --metrics): the counting is a few additions
+        a round and a scrape only reads them. Behind the API key, as /slots is: it tells as
+        much of how the server is used (Prometheus sends the key as its bearer token)."""
+        text = self.queue.metrics.render(now_of(self.queue))
+        return Response(text, media_type=METRICS_TYPE)
 
     async def slots(self, request: Request) -> Response:
         """Each slot: busy or free, what its sequence holds, and its answer's figures so far."""
@@ -177,6 +185,7 @@ class Api:
             Route("/health", _errors_as_json(self.health)),
             Route("/specllama/status", self._guarded(self.status)),
             Route("/slots", self._guarded(self.slots)),
+            Route("/metrics", self._guarded(self.metrics)),
             Route("/v1/models", self._guarded(self.models)),
             Route("/v1/models/{model:path}", self._guarded(self.model)),
             *[
@@ -305,11 +314,14 @@ class Api:
 
     async def _stream(self, job: Job, answer: Answer, wire: Wire) -> AsyncIterator[str]:
         # On a client disconnect Starlette cancels this generator at its await: `finally`
-        # then cancels the job, which stops at the next round.
+        # then cancels the job, which stops at the next round or prompt chunk.
         try:
             for event in answer.opening():
                 yield sse(event)
-            async for output in job.outputs():
+            async for output in job.outputs(every=self.settings.keepalive_s):
+                if output is None:  # nothing for a while: the prompt is long
+                    yield answer.keepalive()
+                    continue
                 if isinstance(output, Text):
                     events = answer.text(output)
                 elif isinstance(output, Done):
@@ -538,8 +550,9 @@ class _Server(uvicorn.Server):
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         # Cancelled jobs end their responses by themselves, well within the graceful period,
-        # instead of uvicorn cancelling the tasks that stream them.
-        self.queue.cancel_all()
+        # instead of uvicorn cancelling the tasks that stream them; the decode under way is
+        # aborted, so that a long prompt's chunk does not hold the process.
+        self.queue.stop()
         await super().shutdown(sockets)
 
 

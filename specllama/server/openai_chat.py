@@ -36,8 +36,8 @@ from specllama.chat import Message, ToolCall
 from specllama.engine.constraint import ConstraintSpec
 from specllama.family.pieces import Piece, Reading
 from specllama.family.reader import read_whole
+from specllama.server.driver import Done, Text
 from specllama.server.fields import ApiError, Fields, Neutral, invalid_type, off, unsupported
-from specllama.server.queue import Done, Text
 from specllama.server.request import (
     PLACEHOLDERS,
     Attachments,
@@ -53,7 +53,7 @@ from specllama.server.request import (
     tool_choice,
     unique_tools,
 )
-from specllama.server.wire import Event, Served, Wire, specllama_stats
+from specllama.server.wire import KEEPALIVE_COMMENT, Event, Served, Wire, specllama_stats
 from specllama.tool_calls import Tool
 
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # the OpenAI reference's default for /v1/completions
@@ -475,6 +475,9 @@ class ChatAnswer:
     def failure(self, error: ApiError) -> list[Event]:
         """Headers are sent: the error goes in the stream, as OpenAI does."""
         return [(None, error.body())]
+
+    def keepalive(self) -> str:
+        return KEEPALIVE_COMMENT  # no event of its own: OpenAI's streams carry none
 
     def closing(self) -> str:
         return "data: [DONE]\n\n"

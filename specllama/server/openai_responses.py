@@ -25,9 +25,9 @@ from specllama.chat import Message, ToolCall
 from specllama.engine.constraint import ConstraintSpec
 from specllama.family.pieces import Piece, Reading
 from specllama.family.reader import read_whole
+from specllama.server.driver import Done, Text
 from specllama.server.fields import ApiError, Fields, off, unsupported
 from specllama.server.openai_chat import function_tool
-from specllama.server.queue import Done, Text
 from specllama.server.request import (
     PLACEHOLDERS,
     Attachments,
@@ -41,7 +41,7 @@ from specllama.server.request import (
     tool_choice,
     unique_tools,
 )
-from specllama.server.wire import Event, Served, Wire, specllama_stats
+from specllama.server.wire import KEEPALIVE_COMMENT, Event, Served, Wire, specllama_stats, sse
 from specllama.tool_calls import Tool
 
 log = logging.getLogger("specllama.server.app")
@@ -473,6 +473,14 @@ class ResponseAnswer:
             self._event("error", code=code, message=error.message, param=error.param),
             self._event("response.failed", response=failed),
         ]
+
+    def keepalive(self) -> str:
+        """A comment, and while nothing is written yet `response.in_progress` again: the
+        event that says the response is under way."""
+        if self._output or self._open is not None:
+            return KEEPALIVE_COMMENT
+        response = self._response("in_progress", [])
+        return KEEPALIVE_COMMENT + sse(self._event("response.in_progress", response=response))
 
     def closing(self) -> str:
         return ""

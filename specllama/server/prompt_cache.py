@@ -11,7 +11,8 @@ target's state and the draft model's are saved together; the drafters catch up o
 lack, as they do after any rollback.
 
 Saved states are kept by recency within a bound in bytes (--cache-ram); one that would not fit
-alone is not kept, and one that a newer state extends is dropped. A failure to save or load
+alone is not copied at all (its size is measured first; the log says so once), and one that a
+newer state extends is dropped. A failure to save or load
 costs the reuse, never the request. Draft heads (MTP, EAGLE-3, DFlash, Gemma 4's assistant)
 read the target's hidden rows as it decodes them, which a loaded state does not bring back, and
 a recurrent target cannot be cut back to any prefix: with those the cache is off.
@@ -63,6 +64,7 @@ class PromptCache:
         self._entries: list[Entry] = []  # least recently used first
         self.loads = 0  # requests that got their prefix from a saved state
         self._lock = threading.Lock()  # a server's slots restore from their own threads
+        self._said_too_big = False  # the log says once that a state did not fit
 
     @property
     def used(self) -> int:
@@ -107,14 +109,28 @@ class PromptCache:
             if entry.tokens[: len(held)] == held:  # saved already, or within a longer one
                 self._touch(entry)
                 return
-        entry = Entry(target.save_state(), draft.save_state() if draft is not None else None)
-        if entry.size > self.limit:
+        size = target.state_size() + (draft.state_size() if draft is not None else 0)
+        if size > self.limit:  # measured, not copied: a copy would be thrown away at once
+            self._say_too_big(len(held), size)
             return
+        entry = Entry(target.save_state(), draft.save_state() if draft is not None else None)
         # A state this one extends holds nothing more: this one serves its prompts too.
         self._entries = [e for e in self._entries if held[: len(e.tokens)] != e.tokens]
         self._entries.append(entry)
         while self.used > self.limit:
             self._entries.pop(0)
+
+    def _say_too_big(self, n_tokens: int, size: int) -> None:
+        if self._said_too_big:
+            return
+        self._said_too_big = True
+        log.warning(
+            "the prompt cache keeps no state of %d tokens: it takes %d MB, more than its bound "
+            "of %d MB (--cache-ram); such conversations are evaluated again when they come back",
+            n_tokens,
+            size // 2**20,
+            self.limit // 2**20,
+        )
 
     def _load(self, entry: Entry, slot: Engine) -> None:
         target, draft = slot.target, slot.draft_model

@@ -33,6 +33,12 @@ class Slot:
     def free(self) -> bool:
         return self.job is None and self.handed is None
 
+    @property
+    def ending(self) -> bool:
+        """Its job is cancelled and nothing is handed to it yet: free within a chunk, with
+        what it evaluated of that job's prompt still held."""
+        return self.job is not None and self.job.cancelled.is_set() and self.handed is None
+
 
 class SlotPool:
     def __init__(self, engine: Engine) -> None:
@@ -56,17 +62,19 @@ class SlotPool:
             self.slots.append(Slot(engine.for_sequences(target, draft)))
 
     def best_free(self, prompt: Sequence[int], *, prefer: Slot) -> Slot:
-        """The free slot for `prompt`: the one whose sequence holds the most of it, where that
-        is at least half of what it holds (a conversation coming back); else the free slot used
-        least recently, an empty one first, so that a side request does not evict a
-        conversation that will come back (llama-server's slot similarity, 0.5). `prefer` wins
-        among equals."""
+        """The slot for `prompt`: the free or ending one whose sequence holds the most of it,
+        where that is at least half of what it holds (a conversation coming back; a retry of
+        a prompt whose client gave up during its prefill); else the free slot used least
+        recently, an empty one first, so that a side request does not evict a conversation
+        that will come back (llama-server's slot similarity, 0.5). `prefer` (a free slot) wins
+        among equals, then any free one."""
         free = [slot for slot in self.slots if slot.free or slot is prefer]
+        ending = [slot for slot in self.slots if slot.ending and slot is not prefer]
 
         def kept(slot: Slot) -> int:
             return slot.engine.target.common_prefix(prompt)
 
-        best = max(free, key=lambda slot: (kept(slot), slot is prefer))
+        best = max([*free, *ending], key=lambda slot: (kept(slot), slot is prefer, slot.free))
         if kept(best) and 2 * kept(best) >= best.engine.target.n_past:
             return best
         return min(free, key=lambda slot: (slot.engine.target.n_past > 0, slot.last_used))

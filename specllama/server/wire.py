@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from specllama.family.pieces import Reader
+from specllama.server.driver import Done, Text
 from specllama.server.fields import ApiError
-from specllama.server.queue import Done, Text
 from specllama.server.request import GenerationRequest
 
 Event = tuple[str | None, dict[str, Any]]
@@ -39,6 +39,9 @@ class Answer(Protocol):
     def text(self, output: Text) -> list[Event]: ...
     def final(self, done: Done) -> list[Event]: ...
     def failure(self, error: ApiError) -> list[Event]: ...
+    # Raw text that says the answer is still coming, sent after a while without output (a
+    # long prompt): an SSE comment, or the API's own event for it.
+    def keepalive(self) -> str: ...
     def closing(self) -> str: ...  # raw text after the last event ("data: [DONE]\n\n")
     def whole(self, text: str, done: Done) -> dict[str, Any]: ...
 
@@ -60,6 +63,10 @@ class Wire:
 def specllama_stats(done: Done) -> dict[str, Any]:
     """What speculation did for the answer, in every API's answer as `specllama`."""
     return {**done.stats.as_dict(), "n_prompt_reused": done.n_prompt_reused}
+
+
+# An SSE comment line: clients skip it, and it keeps their idle timers from firing.
+KEEPALIVE_COMMENT = ": keepalive\n\n"
 
 
 def sse(event: Event) -> str:

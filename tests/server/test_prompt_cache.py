@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -30,9 +31,14 @@ class StateBackend(MarkovBackend):
 
     recurrent = False
     refuse = False
+    copies = 0  # states copied out
+
+    def state_size(self) -> int:
+        return BYTES_PER_TOKEN * self.n_past
 
     def save_state(self) -> SavedState:
-        size = BYTES_PER_TOKEN * self.n_past
+        self.copies += 1
+        size = self.state_size()
         return SavedState(tuple(self.tokens), (ctypes.c_uint8 * size)(), size)
 
     def load_state(self, saved: SavedState) -> bool:
@@ -109,6 +115,24 @@ def test_a_state_too_big_alone_is_not_kept_and_a_longer_one_replaces_its_prefix(
     run(roomy, [*MAIN[:80], *range(10), *MAIN[:80]])  # loads it, goes on
     run(roomy, SIDE)  # saves the longer one, which holds the first, and loads SIDE's
     assert sorted(len(e.tokens) for e in roomy._entries) == [len(SIDE) + 10, 80 + 10 + 80 + 10]
+
+
+def test_a_state_over_the_bound_is_never_copied_and_the_log_says_so_once(caplog):
+    cache = PromptCache(engine(draft=True), limit_bytes=BYTES_PER_TOKEN * 200)
+    run(cache, MAIN)  # 170 tokens in each model, 340 in all; SIDE's 130, 260
+    with caplog.at_level(logging.WARNING, logger="specllama.server.app"):
+        run(cache, SIDE)
+        run(cache, MAIN)
+        run(cache, SIDE)
+    models = (cache._engine.target, cache._engine.draft_model)
+    assert [model.copies for model in models] == [0, 0]
+    assert cache.facts()["entries"] == 0
+    said = [r.getMessage() for r in caplog.records if "keeps no state" in r.getMessage()]
+    assert len(said) == 1 and "170 tokens" in said[0] and "--cache-ram" in said[0]
+    small = PromptCache(engine(draft=True), limit_bytes=BYTES_PER_TOKEN * 400)
+    run(small, MAIN)
+    run(small, SIDE)  # fits: copied once from each model
+    assert [m.copies for m in (small._engine.target, small._engine.draft_model)] == [1, 1]
 
 
 def test_a_state_llama_cpp_refuses_costs_the_reuse_not_the_request():
