@@ -17,6 +17,13 @@ import model_factory
 
 MEMBER = "vendor/llama.cpp/models/templates/"
 
+# Templates that take tools but write calls in a shape nothing here reads, and why.
+NOT_READ = {
+    "MiniMax-M3": "the argument's name is its tag (`<city>v</city>`): no fixed marker",
+    "muse-glimmer": "the name is written twice, once in the turn's header",
+    "meetkai-functionary-medium-v3.2": "a call begins with its bare name (`>>>f\\n{...}`)",
+}
+
 
 def templates_dir() -> Path:
     """The folder of `NAME.jinja` files, unpacked on first use (files appear only when all are

@@ -100,6 +100,11 @@ class Stepper:
                 batch, self._pending = self._pending, []
             self._step(batch)
 
+    def alone(self) -> bool:
+        """Whether at most one slot is in a generation (the one asking)."""
+        with self._cond:
+            return self._running <= 1
+
     def _ready(self) -> bool:
         # Every running slot is waiting: nothing more will join this step.
         return bool(self._pending) and len(self._pending) >= self._running
@@ -225,17 +230,24 @@ class SequenceView(EvaluatedTokens):
     def decode(
         self, tokens: Sequence[int], logits_at: Sequence[int] = (), *, copy: bool = True
     ) -> np.ndarray:
-        """As `LlamaBackend.decode`, in chunks of at most `chunk` tokens, one per step; the
-        rows are always copies."""
+        """As `LlamaBackend.decode`, in chunks of at most `chunk` tokens, one per step (a
+        whole batch's worth while no other slot runs); the rows are always copies."""
         self.model.check_fits(self.n_past + len(tokens))
         wanted = sorted(set(logits_at))
         out = np.empty((len(wanted), self.model.n_vocab), dtype=np.float32)
         filled = 0
-        for start in range(0, len(tokens), self.chunk):
+        start = 0
+        while start < len(tokens):
             if start:  # a prompt, one chunk a step: its client may have gone meanwhile
                 self.stop_if_interrupted()
-            chunk = list(tokens[start : start + self.chunk])
-            in_chunk = [i - start for i in wanted if start <= i < start + len(chunk)]
+            # Alone, a prompt goes in the widest chunks the context takes (fewer, fuller
+            # decodes: prefill at llama.cpp's speed); beside other slots, in small ones, so
+            # that their answers keep flowing.
+            size = self.model.n_batch if self.stepper.alone() else self.chunk
+            chunk = list(tokens[start : start + size])
+            start += len(chunk)
+            first = start - len(chunk)
+            in_chunk = [i - first for i in wanted if first <= i < start]
             part = Part(self.seq, self.n_past, chunk, in_chunk)
             asked = time.perf_counter()
             rows, seconds = self.stepper.decode(self.model, part)

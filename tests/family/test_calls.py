@@ -9,7 +9,7 @@ import json
 import random
 
 import pytest
-from chat_templates import all_templates, template_names
+from chat_templates import NOT_READ, all_templates, template_names
 
 from specllama.family.calls import LearntFormat
 from specllama.family.detect import tool_format
@@ -41,13 +41,6 @@ NOW = Tool("now", "The time", {"type": "object", "properties": {}})
 TOOLS = [WEATHER, NOW]
 ONE = [("get_weather", {"city": "Paris", "days": 3})]
 TWO = [("get_weather", {"city": "New York, NY", "days": 2, "units": {"t": "c"}}), ("now", {})]
-
-# Templates that take tools but write calls in a shape nothing here reads, and why.
-NOT_READ = {
-    "MiniMax-M3": "the argument's name is its tag (`<city>v</city>`): no fixed marker",
-    "muse-glimmer": "the name is written twice, once in the turn's header",
-    "meetkai-functionary-medium-v3.2": "a call begins with its bare name (`>>>f\\n{...}`)",
-}
 
 
 def tool_templates() -> list[str]:

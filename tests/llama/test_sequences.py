@@ -54,8 +54,9 @@ def on_slots(stepper: Stepper, works: list[Callable[[], object]]) -> list[object
             stepper.leave()
 
     threads = [threading.Thread(target=slot, args=(i,)) for i in range(len(works))]
+    for _ in threads:
+        stepper.enter()  # all of them before the first step (and before any asks if alone)
     for thread in threads:
-        stepper.enter()  # all of them before the first step
         thread.start()
     waiter = threading.Thread(target=lambda: ([t.join() for t in threads], done.set()))
     waiter.start()
@@ -75,13 +76,26 @@ def test_each_sequence_of_a_batched_step_gets_its_own_logits(shared, alone):
         for view, tokens in zip(views, prompts)
     ]
     results = on_slots(stepper, works)
-    longest = max(len(tokens) for tokens in prompts)
-    assert stepper.steps == -(-longest // 4)  # a chunk of each prompt per step, all together
+    second, longest = sorted(len(tokens) for tokens in prompts)[-2:]
+    # A chunk of each prompt per step, all together while two or more run (the longest's
+    # rest goes at once when it runs alone: test_a_prompt_alone_goes_in_whole_batches).
+    assert -(-second // 4) <= stepper.steps <= -(-longest // 4)
     for view, tokens, rows in zip(views, prompts, results):
         expected = each_alone(alone, tokens)
         np.testing.assert_allclose(rows, expected, atol=2e-3)
         assert (rows.argmax(axis=1) == expected.argmax(axis=1)).all()
         assert view.tokens == tokens and view.n_past == len(tokens)
+
+
+def test_a_prompt_alone_goes_in_whole_batches(shared, alone):
+    """No other slot runs: the prompt is not cut to `chunk` tokens a step, but to the batch
+    the context takes (prefill as fast as one model alone)."""
+    stepper = Stepper()
+    view = SequenceView(shared, 0, stepper, chunk=4)
+    tokens = shared.tokenize(" ".join(TEXTS), add_bos=False)
+    rows = on_slots(stepper, [lambda: view.decode(tokens, [len(tokens) - 1])])[0]
+    assert len(tokens) > 4 and stepper.steps == -(-len(tokens) // shared.n_batch)
+    np.testing.assert_allclose(rows, each_alone(alone, tokens)[-1:], atol=2e-3)
 
 
 def test_a_sequence_cut_back_goes_on_as_if_it_never_went_further(shared, alone):
