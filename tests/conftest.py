@@ -38,6 +38,28 @@ def smol_bad_vocab() -> Path:
     return model_factory.smollm2_changed_vocab()
 
 
+@pytest.fixture(scope="session")
+def smol_q4_bad_vocab() -> Path:
+    """The Q4_1 file with the same token changed: a good draft of another vocabulary."""
+    return model_factory.smollm2_q4_changed_vocab()
+
+
+@pytest.fixture(scope="session")
+def qwen2_vocab_tiny() -> Path:
+    """A tiny synthetic llama with Qwen2's real tokenizer (byte-level BPE, 151,936 tokens)."""
+    import vocab_models
+
+    return vocab_models.tiny_with_vocab("qwen2")
+
+
+@pytest.fixture(scope="session")
+def spm_vocab_tiny() -> Path:
+    """A tiny synthetic llama with Llama 2's real SentencePiece tokenizer."""
+    import vocab_models
+
+    return vocab_models.tiny_with_vocab("llama-spm")
+
+
 @pytest.fixture(scope="session", autouse=True)
 def calibrations_kept_apart(tmp_path_factory: pytest.TempPathFactory):
     """Calibrations the tests measure (small models, timed beside other tests) go to a folder

@@ -5,7 +5,8 @@
   agree, so greedy speculative output must equal the target alone token for token.
 - Truncated copies (the first N layers of the F32 model): cheap drafts that are right only some
   of the time, so the accept, reject and all-accepted paths are all exercised.
-- A copy with one token's text changed: a draft with an incompatible vocabulary.
+- Copies with one token's text changed (the 2-layer F32 one, and the Q4_1 file as it is): drafts
+  of another vocabulary, which draft across tokenizers (their text re-tokenised).
 
 Everything is built once into a cache folder (SPECLLAMA_TEST_MODELS, default
 ~/.cache/specllama-tests) and reused; files appear only when complete.
@@ -67,6 +68,40 @@ def smollm2_changed_vocab() -> Path:
             smollm2_f32_layers(2), dst, token_overrides={CHANGED_TOKEN_ID: "<specllama-test>"}
         ),
     )
+
+
+def smollm2_q4_changed_vocab() -> Path:
+    """The published Q4_1 file (its tensors as they are) with the same token changed: a draft as
+    good as the Q4_1 one, of another vocabulary (it drafts across tokenizers)."""
+    return _derived(
+        "SmolLM2-135M-Instruct.Q4_1.changed-vocab.gguf",
+        lambda dst: copy_gguf_raw(
+            smollm2_q4(), dst, token_overrides={CHANGED_TOKEN_ID: "<specllama-test>"}
+        ),
+    )
+
+
+def copy_gguf_raw(src: Path, dst: Path, *, token_overrides: dict[int, str]) -> None:
+    """`src` with some tokens renamed, its tensors copied as they are (quantised ones too)."""
+    reader = gguf.GGUFReader(src)
+    arch = reader.fields["general.architecture"].contents()
+    writer = gguf.GGUFWriter(dst, arch)
+    for field in reader.fields.values():
+        if field.name.startswith("GGUF.") or field.name == "general.architecture":
+            continue
+        value = field.contents()
+        if field.name == "tokenizer.ggml.tokens":
+            value = list(value)
+            for token, text in token_overrides.items():
+                value[token] = text
+        sub_type = field.types[-1] if field.types[0] == gguf.GGUFValueType.ARRAY else None
+        writer.add_key_value(field.name, value, field.types[0], sub_type=sub_type)
+    for tensor in reader.tensors:
+        writer.add_tensor(tensor.name, tensor.data, raw_dtype=tensor.tensor_type)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
 
 
 def smollm2_quantized(file_type: str) -> Path:

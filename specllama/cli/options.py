@@ -91,7 +91,8 @@ DrafterOpt = Annotated[
     str | None,
     typer.Option(
         "--drafter",
-        help="model, mtp (the target's own draft head), eagle3, dflash or assistant (the head "
+        help="model (a draft of another vocabulary drafts text, re-tokenised for the target), "
+        "mtp (the target's own draft head), eagle3, dflash or assistant (the head "
         "in --draft's file), ngram, or none (the target alone). "
         "Default: a --draft named, else mtp where the target has it, else model if a draft.",
     ),

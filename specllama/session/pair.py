@@ -15,6 +15,7 @@ from pathlib import Path
 from specllama import memory_store
 from specllama.engine.constraint import ConstraintSpec, Grammar, compile_constraint
 from specllama.engine.control import DraftController, FixedLength
+from specllama.engine.cross_drafter import CrossTokenizerDrafter
 from specllama.engine.drafters import (
     CombinedDrafter,
     Drafter,
@@ -37,7 +38,7 @@ from specllama.llama.evaluated import EvaluatedTokens
 from specllama.llama.grammar import tokenizer_for
 from specllama.llama.library import build_facts
 from specllama.llama.mtp import MtpHead
-from specllama.models.compat import check_compatible
+from specllama.models.compat import pairing
 from specllama.models.hardware import gpu_backend
 from specllama.policy import calibration, trust
 from specllama.policy.controller import AdaptiveController
@@ -102,6 +103,7 @@ class Engine(PromptsAndThinking):
                 self.target, config.draft, n_gpu_layers=config.n_gpu_layers_draft
             )
         self.draft_model: LlamaBackend | None = None
+        self.across_tokenizers: str | None = None  # why the draft drafts text, when it does
         if config.draft is not None and config.drafter == "model":
             if kind := head_kind(config.draft):
                 raise UsageError(
@@ -117,7 +119,11 @@ class Engine(PromptsAndThinking):
                 extra_buffers=config.extra_buffers,
                 batch_invariant=config.exact,
             )
-            check_compatible(self.draft_model, self.target)
+            # Another vocabulary: the draft's text is re-tokenised for the target (one line
+            # to say so); one whose text cannot round-trip is refused.
+            self.across_tokenizers = pairing(self.draft_model, self.target)
+            if self.across_tokenizers:
+                self.notices.append(self.across_tokenizers)
         # Earlier prompts and answers, drafted from by n-gram lookup (all of a server's clients
         # share it); `specllama.models.memory_store` keeps it on disk when asked to.
         self.memory = TokenMemory()
@@ -158,7 +164,9 @@ class Engine(PromptsAndThinking):
         if name == "model":
             if self.draft_model is None:
                 raise UsageError("no draft model is loaded: start with --draft or --pair")
-            model = DraftModelDrafter(self.draft_model)
+            model: Drafter = DraftModelDrafter(self.draft_model)
+            if self.across_tokenizers:
+                model = CrossTokenizerDrafter(self.draft_model, self.target)
             return CombinedDrafter(model, self._ngram()) if self.config.adaptive else model
         if name == "mtp":
             if self.mtp_head is None:

@@ -122,9 +122,27 @@ def test_file_that_is_not_gguf(tmp_path):
     assert_one_line_error(invoke("hi", "--target", fake), 1, "not a GGUF file")
 
 
-def test_incompatible_pair(smol_q4, smol_bad_vocab):
-    result = invoke("hi", "--target", smol_q4, "--draft", smol_bad_vocab)
-    assert_one_line_error(result, 1, "token 1000 differs")
+@pytest.mark.parametrize("mode", ["--fixed", "--adaptive"])
+def test_a_draft_of_another_vocabulary_drafts_across_tokenizers(smol_f32, smol_bad_vocab, mode):
+    """Its token 1000 spells other text: it drafts text, re-tokenised, and says so in one line;
+    the answer is the target alone's."""
+    args = ["Write a Python function that calls print() twice.", "-n", "16", "--json"]
+    crossed = invoke(*args, "--target", smol_f32, "--draft", smol_bad_vocab, mode)
+    alone = invoke(*args, "--target", smol_f32, "--drafter", "none")
+    assert crossed.exit_code == 0 and alone.exit_code == 0, crossed.output + alone.output
+    said = [line for line in crossed.stderr.splitlines() if "drafting across tokenizers" in line]
+    assert len(said) == 1 and "token 1000 differs" in said[0], crossed.stderr
+    assert "error" not in crossed.stderr.lower()
+    data = json.loads(crossed.stdout)
+    assert data["text"] == json.loads(alone.stdout)["text"]
+    assert data["drafter"] == ("model" if mode == "--fixed" else "ngram+model")
+
+
+def test_a_pair_that_cannot_draft_even_across_tokenizers_is_one_line(smol_f32, spm_vocab_tiny):
+    """A SentencePiece draft reads a space before every text (its dummy prefix): it cannot
+    give its text back, so it is refused in one line, before anything is generated."""
+    result = invoke("hi", "--target", smol_f32, "--draft", spm_vocab_tiny)
+    assert_one_line_error(result, 1, "not even across tokenizers: the draft's SentencePiece")
 
 
 def test_empty_prompt(smol_q4):

@@ -9,7 +9,7 @@ from model_factory import CHANGED_TOKEN_ID
 
 from specllama.errors import IncompatibleVocabError
 from specllama.llama.backend import LlamaBackend, VocabInfo
-from specllama.models.compat import check_compatible
+from specllama.models.compat import check_compatible, pairing
 
 BASE = VocabInfo(vocab_type=2, n_vocab=300, bos=1, eos=2, add_bos=False)
 
@@ -94,3 +94,56 @@ def test_headers_decide_as_the_loaded_models_do(smol_q4, smol_draft, smol_bad_vo
     finally:
         for backend in loaded.values():
             backend.close()
+
+
+# -- drafting across tokenizers ------------------------------------------------------------
+
+
+@dataclass
+class FakeText(FakeVocab):
+    """A vocabulary that reads text one byte a token; `spaces_first` reads a space before
+    every text, as a SentencePiece tokenizer with a dummy prefix does."""
+
+    spaces_first: bool = False
+
+    def tokenize(self, text: str, *, add_bos: bool = True, special: bool = True) -> list[int]:
+        return list((" " * self.spaces_first + text).encode())
+
+    def token_bytes(self, token: int, *, special: bool = False) -> bytes:
+        return bytes([token])
+
+
+def test_a_shared_vocabulary_hands_tokens_over():
+    assert pairing(FakeText(BASE, {}), FakeText(BASE, {})) is None
+
+
+def test_another_vocabulary_drafts_across_tokenizers_in_one_line():
+    notice = pairing(FakeText(BASE, {120: b"apple"}), FakeText(BASE, {}))
+    assert notice.startswith("drafting across tokenizers") and "token 120 differs" in notice
+    assert "\n" not in notice
+    other_type = FakeText(replace(BASE, vocab_type=1, n_vocab=32000), {})
+    assert "tokenizer types differ" in pairing(other_type, FakeText(BASE, {}))
+
+
+@pytest.mark.parametrize("role", ["draft", "target"])
+def test_a_tokenizer_that_does_not_give_its_text_back_is_refused(role):
+    spm = FakeText(replace(BASE, vocab_type=1), {}, spaces_first=True)
+    bpe = FakeText(BASE, {})
+    draft, target = (spm, bpe) if role == "draft" else (bpe, spm)
+    with pytest.raises(IncompatibleVocabError) as refused:
+        pairing(draft, target)
+    message = str(refused.value)
+    assert f"the {role}'s SentencePiece tokenizer reads 'Hello world' back as ' Hello world'" in (
+        message
+    )
+    assert "tokenizer types differ" in message
+
+
+@pytest.mark.slow
+def test_real_changed_vocabulary_drafts_across_tokenizers(smol_bad_vocab, smol_f32):
+    with (
+        LlamaBackend(smol_bad_vocab, n_ctx=64) as draft,
+        LlamaBackend(smol_f32, n_ctx=64) as target,
+    ):
+        assert pairing(draft, target).startswith("drafting across tokenizers (token 1000 differs")
+        assert pairing(target, target) is None

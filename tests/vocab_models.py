@@ -1,0 +1,66 @@
+"""Tiny models with other real tokenizers: the vocabulary-only GGUFs llama.cpp tests its
+tokenizers with (`vendor/llama.cpp/models/ggml-vocab-*.gguf` in the llama-cpp-python sdist of
+the version installed here, fetched once from the package index), each under a tiny synthetic
+llama (`head_models.write_llama_target`: its greedy text follows a fixed permutation of the
+tokens, gibberish in every script the vocabulary has). Cheap drafts and targets whose
+vocabulary really differs from SmolLM2's: Qwen2's byte-level BPE, Llama 2's SentencePiece.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tarfile
+import tempfile
+from importlib.metadata import version
+from pathlib import Path
+
+import head_models
+import model_factory
+
+MEMBER = "vendor/llama.cpp/models/ggml-vocab-{name}.gguf"
+NAMES = ("qwen2", "llama-spm")
+
+
+def vocab_file(name: str) -> Path:
+    """`ggml-vocab-NAME.gguf`, unpacked on first use (with the others of `NAMES`)."""
+    pinned = version("llama-cpp-python")
+    folder = model_factory.cache_dir() / f"llama-vocabs-{pinned}"
+    if not folder.is_dir():
+        _unpack(pinned, folder)
+    return folder / f"ggml-vocab-{name}.gguf"
+
+
+def _unpack(pinned: str, folder: Path) -> None:
+    with tempfile.TemporaryDirectory(dir=model_factory.cache_dir()) as tmp:
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:",
+             "-d", tmp, f"llama-cpp-python=={pinned}"],
+            check=True,
+        )  # fmt: skip
+        (sdist,) = Path(tmp).glob("llama_cpp_python-*.tar.gz")
+        unpacked = Path(tmp) / "vocabs"
+        unpacked.mkdir()
+        wanted = {MEMBER.format(name=name) for name in NAMES}
+        with tarfile.open(sdist) as archive:
+            for member in archive.getmembers():
+                name = member.name.split("/", 1)[-1]
+                if name in wanted and member.isfile():
+                    (unpacked / Path(name).name).write_bytes(archive.extractfile(member).read())
+        unpacked.rename(folder)
+
+
+def tiny_with_vocab(name: str) -> Path:
+    """A tiny F32 llama with the tokenizer of `ggml-vocab-NAME.gguf`."""
+
+    def build(dst: Path) -> None:
+        vocab = vocab_file(name)
+        head_models.write_llama_target(
+            dst,
+            head_models.TINY,
+            vocab,
+            next_token=head_models.next_token_map(vocab),
+            logit=head_models.TEST_LOGIT,
+        )
+
+    return model_factory._derived(f"llama-tiny.{name}-vocab.F32.gguf", build)
