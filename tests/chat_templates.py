@@ -5,15 +5,10 @@ index, unpacked into the test models' cache, never copied into this repository.
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import tarfile
-import tempfile
 from functools import cache
-from importlib.metadata import version
 from pathlib import Path
 
-import model_factory
+import llama_sdist
 
 MEMBER = "vendor/llama.cpp/models/templates/"
 
@@ -26,29 +21,11 @@ NOT_READ = {
 
 
 def templates_dir() -> Path:
-    """The folder of `NAME.jinja` files, unpacked on first use (files appear only when all are
-    there: the folder is renamed into place)."""
-    pinned = version("llama-cpp-python")
-    folder = model_factory.cache_dir() / f"chat-templates-{pinned}"
-    if folder.is_dir():
-        return folder
-    with tempfile.TemporaryDirectory(dir=model_factory.cache_dir()) as tmp:
-        subprocess.run(
-            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:",
-             "-d", tmp, f"llama-cpp-python=={pinned}"],
-            check=True,
-        )  # fmt: skip
-        (sdist,) = Path(tmp).glob("llama_cpp_python-*.tar.gz")
-        unpacked = Path(tmp) / "templates"
-        unpacked.mkdir()
-        with tarfile.open(sdist) as archive:
-            for member in archive.getmembers():
-                name = member.name.split("/", 1)[-1]
-                if name.startswith(MEMBER) and name.endswith(".jinja") and member.isfile():
-                    data = archive.extractfile(member).read()
-                    (unpacked / Path(name).name).write_bytes(data)
-        unpacked.rename(folder)
-    return folder
+    """The folder of `NAME.jinja` files, unpacked on first use."""
+    return llama_sdist.unpacked(
+        f"chat-templates-{llama_sdist.pinned()}",
+        lambda name: name.startswith(MEMBER) and name.endswith(".jinja"),
+    )
 
 
 @cache

@@ -8,14 +8,10 @@ vocabulary really differs from SmolLM2's: Qwen2's byte-level BPE, Llama 2's Sent
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import tarfile
-import tempfile
-from importlib.metadata import version
 from pathlib import Path
 
 import head_models
+import llama_sdist
 import model_factory
 
 MEMBER = "vendor/llama.cpp/models/ggml-vocab-{name}.gguf"
@@ -24,30 +20,9 @@ NAMES = ("qwen2", "llama-spm")
 
 def vocab_file(name: str) -> Path:
     """`ggml-vocab-NAME.gguf`, unpacked on first use (with the others of `NAMES`)."""
-    pinned = version("llama-cpp-python")
-    folder = model_factory.cache_dir() / f"llama-vocabs-{pinned}"
-    if not folder.is_dir():
-        _unpack(pinned, folder)
+    wanted = {MEMBER.format(name=each) for each in NAMES}
+    folder = llama_sdist.unpacked(f"llama-vocabs-{llama_sdist.pinned()}", wanted.__contains__)
     return folder / f"ggml-vocab-{name}.gguf"
-
-
-def _unpack(pinned: str, folder: Path) -> None:
-    with tempfile.TemporaryDirectory(dir=model_factory.cache_dir()) as tmp:
-        subprocess.run(
-            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:",
-             "-d", tmp, f"llama-cpp-python=={pinned}"],
-            check=True,
-        )  # fmt: skip
-        (sdist,) = Path(tmp).glob("llama_cpp_python-*.tar.gz")
-        unpacked = Path(tmp) / "vocabs"
-        unpacked.mkdir()
-        wanted = {MEMBER.format(name=name) for name in NAMES}
-        with tarfile.open(sdist) as archive:
-            for member in archive.getmembers():
-                name = member.name.split("/", 1)[-1]
-                if name in wanted and member.isfile():
-                    (unpacked / Path(name).name).write_bytes(archive.extractfile(member).read())
-        unpacked.rename(folder)
 
 
 def tiny_with_vocab(name: str) -> Path:
