@@ -124,7 +124,7 @@ class Preparer:
         its choice of thinking) and compile the output rule: the work a request needs before
         it is queued."""
         tool_format = self.tool_format(asked)
-        prompt = self.prompt_tokens(asked, tool_format)
+        prompt = self.prompt_tokens(asked)
         predicted = None
         if asked.prediction is not None:  # its text as the answer would hold it
             predicted = self.engine.text_tokens(asked.prediction)
@@ -136,6 +136,8 @@ class Preparer:
         markers = tool_format.markers if tool_format is not None else ()
         if split is not None:
             markers += split.syntax.markers
+        if self._harmony(asked):  # its channels' markers, with tools or without
+            markers += HarmonyFormat.markers
         budget = asked.reasoning_budget
         if budget is None:
             budget = self.reasoning_budget
@@ -153,7 +155,7 @@ class Preparer:
     ) -> ReaderFactory:
         """A reader of the answer: gpt-oss's channels by hand; else the thinking split off,
         then the family's calls."""
-        if asked.prompt is None and is_harmony(self.engine.target.chat_template or ""):
+        if self._harmony(asked):
             return HarmonyReader
 
         def read() -> Reader:
@@ -161,12 +163,16 @@ class Preparer:
 
         return read
 
+    def _harmony(self, asked: GenerationRequest) -> bool:
+        """Whether the answer is in gpt-oss's channels (a chat with its template)."""
+        return asked.prompt is None and is_harmony(self.engine.target.chat_template or "")
+
     def _thinking(self, asked: GenerationRequest, prompt: list[int]) -> ThinkingSplit | None:
         """Whether the answer may think (the template knows the markers), and begins inside
         the thinking (the prompt opened it)."""
         template = self.engine.target.chat_template
         syntax = thinking_syntax(template)
-        if asked.prompt is not None or syntax is None or is_harmony(template or ""):
+        if asked.prompt is not None or syntax is None or self._harmony(asked):
             return None
         tail = "".join(map(self.engine.target.special_token_text, prompt[-PROMPT_TAIL:]))
         return ThinkingSplit(syntax, inside=opens_thinking(syntax, tail))
@@ -192,7 +198,9 @@ class Preparer:
             )
         return family_format(template, asked.tools) if asked.uses_tools else None
 
-    def prompt_tokens(self, asked: GenerationRequest, tool_format: ToolFormat | None) -> list[int]:
+    def prompt_tokens(self, asked: GenerationRequest) -> list[int]:
+        """The prompt's tokens: through the model's template, with the client's tools and its
+        choice of thinking (a text completion's prompt as it is)."""
         try:
             if asked.prompt is not None:  # a text completion: the prompt as it is
                 as_is = [Message("user", asked.prompt)]
