@@ -124,11 +124,13 @@ def test_a_client_with_a_short_idle_timeout_gets_through_a_long_prefill(
 
 def test_a_prompt_cancelled_mid_prefill_is_reused_by_its_retry_in_every_api(idle: Server):
     text = long_message("retry", lines=160)
+    # What the slot holds of an earlier test's prompt until this one is begun: not this one's.
+    stale = idle.request("GET", "/slots")[2]["slots"][0]["n_held"]
     conn = http.client.HTTPConnection(*idle.address, timeout=60)
     body = json.dumps(chat_body(text, stream=True))
     conn.request("POST", "/v1/chat/completions", body=body, headers=JSON_POST)
     assert conn.getresponse().status == 200
-    held = wait_for_slot(idle, lambda slot: slot["n_held"] >= CHUNK)
+    held = wait_for_slot(idle, lambda slot: slot["busy"] and CHUNK <= slot["n_held"] != stale)
     conn.sock.shutdown(socket.SHUT_RDWR)  # the client gives up mid-prefill
     conn.close()
     idle.wait_idle()
