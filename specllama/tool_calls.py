@@ -142,7 +142,7 @@ def _bare_start(text: str) -> str:
     return "yes" if after.startswith(key) else "no"
 
 
-def _held_prefix(text: str, marker: str) -> int:
+def held_prefix(text: str, marker: str) -> int:
     """How many characters at the end of `text` could be the beginning of `marker`."""
     for n in range(min(len(marker) - 1, len(text)), 0, -1):
         if marker.startswith(text[-n:]):
@@ -357,7 +357,7 @@ class Mistral(ToolFormat):
             elif not final and head in ("", "["):
                 return Scan([], start)
         if marked == -1:
-            hold = 0 if final else _held_prefix(text[start:], self.MARK)
+            hold = 0 if final else held_prefix(text[start:], self.MARK)
             return Scan([Segment(text[start : len(text) - hold])], len(text) - hold)
         if not final:
             return Scan([Segment(text[start:marked])], marked)

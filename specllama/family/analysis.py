@@ -15,6 +15,7 @@ around each call.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -173,17 +174,18 @@ def _path_to(data: Any, wanted: Any, path: tuple[str, ...] = ()) -> tuple[str, .
     return None
 
 
+def _json_objects(text: str) -> Iterator[tuple[int, int, dict[str, Any]]]:
+    """Every JSON object that begins in `text`: (start, end, the object), by start."""
+    for i, ch in enumerate(text):
+        if ch == "{" and (found := json_at(text, i)) is not None and isinstance(found[0], dict):
+            yield i, found[1], found[0]
+
+
 def _json_call_object(region: str) -> tuple[int, int, dict[str, Any]] | None:
     """The smallest JSON object in `region` that holds the call's name (as a value, or as the
     key of its arguments) and its arguments."""
     best = None
-    for i, ch in enumerate(region):
-        if ch != "{":
-            continue
-        found = json_at(region, i)
-        if found is None or not isinstance(found[0], dict):
-            continue
-        data, end = found
+    for i, end, data in _json_objects(region):
         named = _path_to(data, NAME) is not None or NAME in data
         whole = named and _path_to(data, {INT_KEY: INT_VALUE, STR_KEY: STR_VALUE}) is not None
         if whole and (best is None or end - i < best[1] - best[0]):
@@ -253,13 +255,7 @@ def _json_spans_containing(text: str, start: int, end: int) -> list[tuple[int, i
 def _json_call_object_in(text: str, names: tuple[str, ...]) -> tuple[int, int, Any]:
     """The smallest JSON object in `text` that names one of `names` (as a value or a key)."""
     best = None
-    for i, ch in enumerate(text):
-        if ch != "{":
-            continue
-        found = json_at(text, i)
-        if found is None or not isinstance(found[0], dict):
-            continue
-        data, end = found
+    for i, end, data in _json_objects(text):
         if any(_path_to(data, n) is not None or n in data for n in names):
             if best is None or (i >= best[0] and end <= best[1]):
                 best = (i, end, data)

@@ -21,7 +21,6 @@ from specllama.family.calls_text import (
     More,
     expect,
     first_word,
-    held,
     is_string_schema,
     lark_literal,
     markers_in,
@@ -41,6 +40,7 @@ from specllama.tool_calls import (
     Tool,
     ToolFormat,
     arguments_rule,
+    held_prefix,
     new_call_id,
 )
 
@@ -70,7 +70,7 @@ class LearntFormat(ToolFormat):
         while True:
             at = text.find(trigger, pos)
             if at == -1:
-                hold = 0 if final else held(text[pos:], trigger)
+                hold = 0 if final else held_prefix(text[pos:], trigger)
                 segments.append(Segment(text[pos : len(text) - hold]))
                 return Scan(segments, len(text) - hold)
             segments.append(Segment(text[pos:at]))

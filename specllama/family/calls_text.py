@@ -105,14 +105,6 @@ def read_json(text: str, pos: int, closers: list[str], final: bool) -> tuple[Any
         raise More from None
 
 
-def held(text: str, marker: str) -> int:
-    """How many characters at the end of `text` could begin `marker`."""
-    for n in range(min(len(marker) - 1, len(text)), 0, -1):
-        if marker.startswith(text[-n:]):
-            return n
-    return 0
-
-
 def typed(raw: str, schema: dict[str, Any] | None, string_marked: bool, quote: str = "") -> Any:
     """A value the syntax wrote untyped, typed by its parameter's schema: a string stays one
     (and so does what does not parse); anything else is read as JSON, as a Python literal (as

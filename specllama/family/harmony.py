@@ -16,7 +16,7 @@ import re
 from collections.abc import Sequence
 
 from specllama.chat import ToolCall
-from specllama.family.calls_text import held, lark_literal
+from specllama.family.calls_text import lark_literal
 from specllama.family.pieces import Piece, Reading
 from specllama.tool_calls import (
     Scan,
@@ -25,6 +25,7 @@ from specllama.tool_calls import (
     Tool,
     ToolFormat,
     arguments_rule,
+    held_prefix,
     new_call_id,
 )
 
@@ -99,7 +100,7 @@ class HarmonyReader:
         if not ends:
             if self._kind == "call" and not final:
                 return []
-            hold = 0 if final else max(held(self._buffer, e) for e in ENDS)
+            hold = 0 if final else max(held_prefix(self._buffer, e) for e in ENDS)
             body = self._take(len(self._buffer) - hold)
             if self._kind == "call":  # the end of generation closes the call (`<|call|>`)
                 return self._call(body)

@@ -29,6 +29,7 @@ from typing import Any, Literal
 
 from specllama.chat import Message, render_chat
 from specllama.errors import SpecllamaError
+from specllama.tool_calls import held_prefix
 
 ReasoningMode = Literal["on", "off", "auto"]
 REASONING_MODES: tuple[ReasoningMode, ...] = ("on", "off", "auto")
@@ -421,7 +422,7 @@ class ThinkingSplit:
         if closed:
             self._state, self._held = "closed", rest
             return [("thinking", said.rstrip())]
-        cut = len(said) - _partial(said, self._syntax.end)
+        cut = len(said) - held_prefix(said, self._syntax.end)
         cut = len(said[:cut].rstrip())  # trailing whitespace waits: the thinking may end there
         self._held = said[cut:]
         return [("thinking", said[:cut])]
@@ -434,11 +435,3 @@ def split_thinking(text: str, syntax: ThinkingSyntax, *, inside: bool) -> tuple[
     thinking = [t for kind, t in pieces if kind == "thinking"]
     said = "".join(t for kind, t in pieces if kind == "text")
     return ("".join(thinking) if thinking else None), said
-
-
-def _partial(text: str, marker: str) -> int:
-    """The length of the longest end of `text` that `marker` begins with."""
-    for n in range(min(len(text), len(marker) - 1), 0, -1):
-        if marker.startswith(text[-n:]):
-            return n
-    return 0
