@@ -43,6 +43,7 @@ PROMPTS = [
     "Count from 1 to 20.",
     "What is the capital of France?",
 ]
+SIDE_TALK = "Tell me, in a few plain words, what a lighthouse keeper did all day and all night"
 CACHE_MB = 8  # a few of these prompts' states (~70 KB a token, target and draft): it fills
 
 
@@ -119,8 +120,12 @@ def test_seeded_answers_at_once_equal_each_alone(server: Server):
 
 
 def test_24_clients_are_answered_right_or_told_to_retry(server: Server):
-    """4 slots and 4 waiting: the rest are refused with 503 + Retry-After at once."""
+    """4 slots and 4 waiting: the rest are refused with 503 + Retry-After at once. Every slot
+    first holds a conversation none of the 24 begins with, so the burst throws each away: the
+    cache saves them (more than its bound holds: it must let go of the oldest)."""
     server.wait_idle()
+    at_once(server, [f"{SIDE_TALK} ({i})" for i in range(4)], 24)
+    assert sum(slot["n_held"] > 48 for slot in server.request("GET", "/slots")[2]["slots"]) == 4
     results: list[tuple[int, dict, dict, str]] = []
 
     def client(i: int) -> None:
