@@ -13,6 +13,10 @@ tags, which the grammar can force and the parser read.
 
 A call the model broke off (cut by max_tokens, or JSON that does not parse) is no call: its raw
 text stays in the content, and the finish reason is the generation's own ("length", "stop").
+
+A call's arguments are the JSON text the model wrote (where it writes JSON), so that streamed
+as it is written (`partial`, read by `family.call_stream.CallStream`) its pieces join to the
+same text.
 """
 
 from __future__ import annotations
@@ -25,6 +29,15 @@ from typing import Any
 
 from specllama.chat import ToolCall
 from specllama.chat_template import fields_read, template_variables
+from specllama.json_text import (
+    Member,
+    elements,
+    member_at,
+    settled_end,
+    skip_blanks,
+    string_at,
+    value_end,
+)
 from specllama.schemas import closed
 
 # Compact JSON, as the templates write it (and as the constraint's own JSON options).
@@ -87,8 +100,18 @@ class Parsed:
     broken: bool  # a call was broken off: its raw text is in `content`
 
 
-def _call(name: object, arguments: object) -> ToolCall | None:
-    """A call read from the model's JSON, or None when it does not have the shape of one."""
+@dataclass(frozen=True)
+class Partial:
+    """A call being written: its name, and its arguments' JSON as far as it is settled (never
+    ahead of what the model wrote, never text that what comes next could take back)."""
+
+    name: str
+    arguments: str = ""
+
+
+def _call(name: object, arguments: object, written: str | None = None) -> ToolCall | None:
+    """A call read from the model's JSON, or None when it does not have the shape of one.
+    `written`: the arguments object's text as the model wrote it, kept as the call's."""
     if not isinstance(name, str) or not name or not isinstance(arguments, dict | str):
         return None
     if isinstance(arguments, str):  # some models write the arguments as a JSON string
@@ -98,27 +121,88 @@ def _call(name: object, arguments: object) -> ToolCall | None:
             return None
         if not isinstance(arguments, dict):
             return None
-    return ToolCall(new_call_id(), name, json.dumps(arguments, ensure_ascii=False))
+        written = None
+    text = written if written is not None else json.dumps(arguments, ensure_ascii=False)
+    return ToolCall(new_call_id(), name, text)
 
 
-def _json_call(text: str, arguments_key: str = "arguments") -> ToolCall | None:
+# Where a JSON call object keeps its arguments, in the order the readers look.
+ARGUMENTS = (("arguments",), ("parameters",))
+
+
+def _json_call(text: str) -> ToolCall | None:
     try:
         data = json.loads(text)
     except ValueError:
         return None
     if not isinstance(data, dict):
         return None
-    arguments = data.get(arguments_key, data.get("arguments", data.get("parameters", {})))
-    return _call(data.get("name"), arguments)
+    return _call(data.get("name"), *_arguments_of(data, text, 0, ARGUMENTS))
 
 
-def _named_call(data: object, names: frozenset[str]) -> ToolCall | None:
-    """A bare JSON object that is a call to one of `names` (with its arguments), or None."""
+def _arguments_of(
+    data: dict[str, Any], text: str, start: int, paths: Sequence[tuple[str, ...]]
+) -> tuple[Any, str | None]:
+    """A call object's arguments (the first of `paths` it holds; none: {}) and their text as
+    written in the object at `start`."""
+    for path in paths:
+        if path[0] in data:
+            return data[path[0]], arguments_text(text, start, path)
+    return {}, None
+
+
+def arguments_text(text: str, start: int, path: Sequence[str]) -> str | None:
+    """The text of the whole value at `path` in the object at `start`, as written."""
+    member = member_at(text, start, path)
+    if member is None or member.end is None:
+        return None
+    return text[member.start : member.end]
+
+
+def _named_call(data: object, names: frozenset[str], text: str, start: int) -> ToolCall | None:
+    """A bare JSON object (written at `start`) that is a call to one of `names` (with its
+    arguments), or None."""
     if not isinstance(data, dict) or data.get("name") not in names:
         return None
     if "arguments" not in data and "parameters" not in data:
         return None
-    return _call(data["name"], data.get("arguments", data.get("parameters")))
+    return _call(data["name"], *_arguments_of(data, text, start, ARGUMENTS))
+
+
+def settled_arguments(text: str, start: int, markers: Sequence[str]) -> str:
+    """The arguments' JSON written from `start` (an object) as far as it is settled: up to
+    its end, and short of any of the family's `markers` (a reader may end the call at one,
+    wherever it is written) or of the text that may begin one."""
+    limit = len(text)
+    for marker in markers:
+        at = text.find(marker, start)
+        limit = min(limit, at if at != -1 else len(text) - held_prefix(text[start:], marker))
+    end, _ = settled_end(text, start, limit)
+    return text[start:end]
+
+
+def json_partial(
+    text: str,
+    start: int,
+    markers: Sequence[str],
+    *,
+    name_path: tuple[str, ...] = ("name",),
+    args_paths: Sequence[tuple[str, ...]] = ARGUMENTS,
+    names: frozenset[str] | None = None,
+) -> Partial | None:
+    """The call being written as a JSON object at `start`, once its name is whole (one of
+    `names`, when given); its arguments streamed only where they are an object."""
+    read: dict[int, list[Member]] = {}  # each object's members, read once
+    name = string_at(text, member_at(text, start, name_path, read))
+    if not name or (names is not None and name not in names):
+        return None
+    for path in args_paths:
+        member = member_at(text, start, path, read)
+        if member is not None:
+            if not text.startswith("{", member.start):  # a JSON string: whole at the end
+                return Partial(name)
+            return Partial(name, settled_arguments(text, member.start, markers))
+    return Partial(name)
 
 
 def _bare_start(text: str) -> str:
@@ -188,6 +272,12 @@ class ToolFormat:
 
     def scan(self, text: str, start: int, final: bool) -> Scan:
         raise NotImplementedError
+
+    def partial(self, text: str, start: int) -> list[Partial]:
+        """The calls begun in the text held from `start` (where a scan stopped, the answer not
+        over), as far as they are written, in order. None here: such a format's calls go out
+        whole."""
+        return []
 
     def rules(self, tools: Sequence[Tool], *, parallel: bool, special: Special) -> list[str]:
         """Lark rules (llguidance's dialect) whose `calls` is one call to one of `tools` (or one
@@ -260,7 +350,7 @@ class Hermes(ToolFormat):
             data, end = json.JSONDecoder().raw_decode(text, brace)
         except ValueError:  # not whole yet (or never: then text, and broken, at the end)
             return Segment(text[begin:]), len(text), True
-        call = _named_call(data, self.names)
+        call = _named_call(data, self.names, text, brace)
         if call is None:  # JSON, but no call to an offered tool: text
             return Segment(text[begin:end]), end, False
         if brace > begin:  # fenced: the closing fence belongs to the call
@@ -270,6 +360,19 @@ class Hermes(ToolFormat):
             if after.startswith("```"):
                 end = len(text) - len(after) + 3
         return Segment(call=call), end, False
+
+    def partial(self, text: str, start: int) -> list[Partial]:
+        """A call in tags, or a bare one to an offered tool, once its name is whole."""
+        if text.startswith(self.OPEN, start):
+            brace, names = skip_blanks(text, start + len(self.OPEN)), None
+        elif _bare_start(text[start:]) == "yes":
+            brace, names = text.index("{", start), self.names
+        else:
+            return []
+        if not text.startswith("{", brace):
+            return []
+        found = json_partial(text, brace, self.markers, names=names)
+        return [found] if found else []
 
     def rules(self, tools: Sequence[Tool], *, parallel: bool, special: Special) -> list[str]:
         def tag(marker: str) -> str:
@@ -307,6 +410,25 @@ class Llama3(ToolFormat):
             return Scan([Segment(text)], len(text), broken=head.startswith(("{", self.TAG)))
         return Scan([Segment(call=c) for c in calls], len(text))
 
+    def partial(self, text: str, start: int) -> list[Partial]:
+        """The calls to offered tools written so far (the whole answer is calls)."""
+        pos = skip_blanks(text, start)
+        if text.startswith(self.TAG, pos):
+            pos = skip_blanks(text, pos + len(self.TAG))
+        found: list[Partial] = []
+        while text.startswith("{", pos):
+            call = json_partial(text, pos, self.markers, args_paths=_PARAMETERS, names=self.names)
+            end = value_end(text, pos)
+            if call is None:
+                break
+            found.append(call)
+            if end is None:
+                break
+            pos = end
+            while pos < len(text) and text[pos] in "; \n\t":
+                pos += 1
+        return found
+
     def rules(self, tools: Sequence[Tool], *, parallel: bool, special: Special) -> list[str]:
         rules = [
             'calls: call ("; " call)*' if parallel else "calls: call",
@@ -319,17 +441,21 @@ class Llama3(ToolFormat):
         return rules
 
 
+_PARAMETERS = (("parameters",), ("arguments",))  # Llama 3 writes `parameters`
+
+
 def _llama3_calls(text: str) -> list[ToolCall] | None:
     decoder = json.JSONDecoder()
     calls: list[ToolCall] = []
     pos = 0
     while pos < len(text):
+        start = pos
         try:
             data, pos = decoder.raw_decode(text, pos)
         except ValueError:
             return None
         call = (
-            _call(data.get("name"), data.get("parameters", data.get("arguments", {})))
+            _call(data.get("name"), *_arguments_of(data, text, start, _PARAMETERS))
             if (isinstance(data, dict))
             else None
         )
@@ -366,6 +492,22 @@ class Mistral(ToolFormat):
             return Scan([Segment(text[start:])], len(text), broken=True)
         return Scan([Segment(text[start:marked]), *(Segment(call=c) for c in calls)], len(text))
 
+    def partial(self, text: str, start: int) -> list[Partial]:
+        """The calls of the array written so far."""
+        pos = start + len(self.MARK) if text.startswith(self.MARK, start) else start
+        pos = skip_blanks(text, pos)
+        if not text.startswith("[", pos):
+            return []
+        found: list[Partial] = []
+        for begin, end in elements(text, pos)[0]:
+            call = json_partial(text, begin, (self.MARK,)) if text.startswith("{", begin) else None
+            if call is None:
+                break
+            found.append(call)
+            if end is None:
+                break
+        return found
+
     def rules(self, tools: Sequence[Tool], *, parallel: bool, special: Special) -> list[str]:
         rules = [
             'calls: "[" call (", " call)* "]"' if parallel else 'calls: "[" call "]"',
@@ -385,7 +527,12 @@ def _mistral_calls(body: str) -> list[ToolCall] | None:
         return None
     if not isinstance(data, list) or not data:
         return None
-    calls = [_call(d.get("name"), d.get("arguments", {})) for d in data if isinstance(d, dict)]
+    starts = [begin for begin, _ in elements(body, 0)[0]]
+    calls = [
+        _call(d.get("name"), d.get("arguments", {}), arguments_text(body, at, ("arguments",)))
+        for d, at in zip(data, starts, strict=True)
+        if isinstance(d, dict)
+    ]
     found = [c for c in calls if c is not None]
     return found if len(found) == len(data) else None
 
@@ -422,86 +569,3 @@ def detect_format(template: str, names: Sequence[str] = ()) -> ToolFormat:
     ):
         return Llama3(names)
     return Hermes(names)
-
-
-# -- reading an answer ----------------------------------------------------------------------
-
-
-def parse_answer(fmt: ToolFormat, text: str) -> Parsed:
-    """A finished answer: its text and its calls."""
-    stream = CallStream(fmt)
-    stream.feed(text)
-    stream.finish()
-    return stream.result()
-
-
-@dataclass(frozen=True)
-class Delta:
-    """One streamed piece: content text, or the `index`-th call whole."""
-
-    content: str = ""
-    call: ToolCall | None = None
-    index: int = 0
-
-
-class CallStream:
-    """Reads an answer as it streams: content goes out as soon as no call can begin in it;
-    text from where a call may begin is held until the call is whole (then it goes out as a
-    call) or cannot be one (then as text). Blanks between content and calls are dropped."""
-
-    def __init__(self, fmt: ToolFormat) -> None:
-        self._fmt = fmt
-        self._text = ""
-        self._settled = 0  # where the next scan starts
-        self._blanks = ""  # trailing whitespace of the content, held until text follows it
-        self._after_call = False
-        self._content: list[str] = []
-        self._calls: list[ToolCall] = []
-        self.broken = False
-
-    def feed(self, text: str) -> list[Delta]:
-        self._text += text
-        return self._scan(final=False)
-
-    def finish(self) -> list[Delta]:
-        deltas = self._scan(final=True)
-        if self._blanks and not self._calls:  # an answer of text only keeps its whitespace
-            deltas.append(self._say(self._blanks))
-        self._blanks = ""
-        return deltas
-
-    def result(self) -> Parsed:
-        content = "".join(self._content)
-        if self._calls and not content.strip():
-            content = None
-        return Parsed(content, list(self._calls), self.broken)
-
-    def _scan(self, final: bool) -> list[Delta]:
-        scan = self._fmt.scan(self._text, self._settled, final)
-        self._settled = scan.end
-        self.broken = self.broken or scan.broken
-        deltas: list[Delta] = []
-        for segment in scan.segments:
-            if segment.call is not None:
-                self._blanks = ""  # blanks before a call are not content
-                self._after_call = True
-                self._calls.append(segment.call)
-                deltas.append(Delta(call=segment.call, index=len(self._calls) - 1))
-            elif segment.text:
-                deltas += self._text_delta(segment.text, final=final or scan.broken)
-        return deltas
-
-    def _text_delta(self, text: str, final: bool) -> list[Delta]:
-        if self._after_call:
-            text = text.lstrip()
-            if not text:
-                return []
-            self._after_call = False
-        text = self._blanks + text
-        body = text if final else text.rstrip()
-        self._blanks = text[len(body) :]
-        return [self._say(body)] if body else []
-
-    def _say(self, text: str) -> Delta:
-        self._content.append(text)
-        return Delta(content=text)

@@ -20,6 +20,7 @@ def test_every_module_belongs_to_a_part() -> None:
         "paths",
         "memory_store",
         "tool_calls",
+        "json_text",
         "schemas",
     }
 

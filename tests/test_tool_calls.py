@@ -8,15 +8,15 @@ import json
 
 import pytest
 
+from specllama.family.call_stream import CallStream, parse_answer
 from specllama.tool_calls import (
-    CallStream,
     Hermes,
     Llama3,
     Mistral,
     Tool,
     call_grammar,
     detect_format,
-    parse_answer,
+    held_prefix,
     special_by_text,
     template_knows_tools,
 )
@@ -36,7 +36,8 @@ def streamed(fmt, text: str, step: int = 1):
         deltas += stream.feed(text[i : i + step])
     deltas += stream.finish()
     content = "".join(d.content for d in deltas if d.call is None)
-    calls = [(d.index, d.call.name, d.call.arguments) for d in deltas if d.call is not None]
+    calls = [(d.index, d.call.name, d.call.arguments) for d in deltas if d.kind == "call"]
+    assert all(d.broken == stream.result().broken for d in deltas if d.kind == "call")
     return content, calls, stream.result()
 
 
@@ -135,8 +136,16 @@ def test_a_broken_call_is_no_call_and_its_text_stays(fmt, text):
     assert parsed.broken and parsed.calls == []
     assert parsed.content is not None and parsed.content.strip() in text
     assert text.rstrip().endswith(parsed.content.strip()[-5:])  # the raw text, to its end
-    content, calls, _ = streamed(fmt, text, 2)
-    assert calls == [] and content == parsed.content
+    content, calls, result = streamed(fmt, text, 2)
+    assert result == parsed
+    # Streamed, a call that began (its name was whole) ends broken, with the arguments sent:
+    # the text before it is the content; one that never began is text.
+    if calls:
+        ((_, name, arguments),) = calls
+        assert name in text and arguments in text
+        assert text.startswith(content) and name not in content
+    else:
+        assert content == parsed.content
 
 
 def test_a_whole_call_then_a_broken_one_keeps_the_whole_one():
@@ -171,3 +180,22 @@ def test_the_forced_grammar_names_each_tool_and_embeds_its_schema():
         "type": "function",
         "function": {"name": "now", "parameters": {"type": "object"}},
     }
+
+
+def test_streamed_arguments_hold_what_may_begin_the_end_marker():
+    """Hermes ends a call at the first `</tool_call>`, even inside a string: a piece of the
+    arguments never holds text that may yet begin it, and the call then ends broken."""
+    head = '<tool_call>\n{"name": "get_weather", "arguments": {"html": "<b>x</b> '
+    text = head + "</tool_call>"
+    stream, sent = CallStream(Hermes(NAMES)), ""
+    for i, char in enumerate(text):
+        sent += "".join(d.arguments for d in stream.feed(char) if d.kind == "call_args")
+        arguments = text[text.index('{"html"') : i + 1]  # as far as they are written
+        assert arguments.startswith(sent)
+        assert len(sent) <= len(arguments) - held_prefix(arguments, "</tool_call>")
+    assert sent == '{"html": "<b>x</b> '
+    ended = [d for d in stream.finish() if d.kind == "call"]
+    assert [(d.call.name, d.call.arguments, d.broken) for d in ended] == [
+        ("get_weather", sent, True)
+    ]
+    assert stream.result().broken and stream.result().calls == []

@@ -6,16 +6,21 @@ cannot be one (then, at the end of the answer, its text goes out as text, broken
 that end a section may be missing at the very end of the answer: a family's end-of-call marker
 is often its end-of-generation token (gpt-oss' `<|call|>`, Llama's `<|eom_id|>`), which the
 engine stops at.
+
+A call streams as it is written (`partial`): the same reading, run on the text so far, tells
+a `calls_seen.Progress` how far it got.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Sequence
 from typing import Any
 
 from specllama.chat import ToolCall
 from specllama.family.analysis import SLOT_ARGS, SLOT_ID, SLOT_NAME, CallSyntax
+from specllama.family.calls_seen import Progress, Seen, arguments_json
 from specllama.family.calls_text import (
     Bad,
     More,
@@ -33,16 +38,21 @@ from specllama.family.calls_text import (
     text_without,
     typed,
 )
+from specllama.json_text import elements, members
 from specllama.tool_calls import (
+    Partial,
     Scan,
     Segment,
     Special,
     Tool,
     ToolFormat,
     arguments_rule,
+    arguments_text,
     held_prefix,
     new_call_id,
 )
+
+UNSEEN = Seen()
 
 JSON_KIND, STRING_KIND = 0, 1  # indexes of CallSyntax.key_suffix and value_suffix
 
@@ -83,16 +93,26 @@ class LearntFormat(ToolFormat):
                 return Scan(segments, len(text), broken=True)
             segments += [Segment(call=call) for call in calls]
 
-    def _section(self, text: str, pos: int, final: bool) -> tuple[list[ToolCall], int]:
+    def partial(self, text: str, start: int) -> list[Partial]:
+        """The calls of the section at `start` as far as its reading got."""
+        progress = Progress(text, self.syntax, self.markers)
+        with contextlib.suppress(More, Bad):
+            self._section(text, start, False, progress)
+        return progress.calls
+
+    def _section(
+        self, text: str, pos: int, final: bool, seen: Seen = UNSEEN
+    ) -> tuple[list[ToolCall], int]:
         s = self.syntax
         pos = expect(text, pos, s.section_start.lstrip())
         if s.style == "json" and s.in_array:
-            return self._array(text, pos, final)
+            return self._array(text, pos, final, seen)
         calls = []
         first = s.call_start if s.section_start.strip() else s.call_start.lstrip()
         pos = expect(text, pos, first)
         while True:
-            call, pos = self._call(text, pos, final)
+            call, pos = self._call(text, pos, final, seen)
+            seen.done([call])
             calls.append(call)
             pos = _closing(text, pos, s.call_end, final)
             if s.section_end.strip() and peek(text, pos, s.section_end):
@@ -107,36 +127,47 @@ class LearntFormat(ToolFormat):
                 return calls, _closing(text, pos, s.section_end, final)
             return calls, pos
 
-    def _array(self, text: str, pos: int, final: bool) -> tuple[list[ToolCall], int]:
+    def _array(self, text: str, pos: int, final: bool, seen: Seen) -> tuple[list[ToolCall], int]:
         s = self.syntax
-        data, pos = read_json(text, pos, [s.section_end], final)
-        items = data if isinstance(data, list) else [data]
-        calls = [self._json_call(item) for item in items]
+        start = skip_blanks(text, pos)
+        seen.objects(start, array=True)
+        data, pos = read_json(text, start, [s.section_end], final)
+        if isinstance(data, list):
+            items = list(zip(data, [at for at, _ in elements(text, start)[0]], strict=True))
+        else:
+            items = [(data, start)]
+        calls = [self._json_call(item, text, at) for item, at in items]
         if not calls:
             raise Bad
+        seen.done(calls)
         return calls, _closing(text, pos, s.section_end, final)
 
-    def _call(self, text: str, pos: int, final: bool) -> tuple[ToolCall, int]:
+    def _call(self, text: str, pos: int, final: bool, seen: Seen) -> tuple[ToolCall, int]:
         s = self.syntax
         if s.style == "json":
-            data, pos = read_json(text, pos, [s.call_end, s.section_end], final)
-            return self._json_call(data), pos
+            start = skip_blanks(text, pos)
+            seen.objects(start, array=False)
+            data, pos = read_json(text, start, [s.call_end, s.section_end], final)
+            return self._json_call(data, text, start), pos
         if s.id_slot == "before_name":
             _, pos = read_until(text, pos, [s.id_suffix])
             pos = expect(text, pos, s.id_suffix)
         if s.style == "tag_json":
-            return self._tag_json_call(text, pos, final)
-        return self._tagged_call(text, pos, final)
+            return self._tag_json_call(text, pos, final, seen)
+        return self._tagged_call(text, pos, final, seen)
 
-    def _json_call(self, data: Any) -> ToolCall:
+    def _json_call(self, data: Any, text: str, start: int) -> ToolCall:
+        """The call in `data`, read from the JSON written at `start`: its arguments kept as
+        the text the model wrote."""
         s = self.syntax
         if s.name_is_key:
             if not isinstance(data, dict) or len(data) != 1:
                 raise Bad
             ((name, arguments),) = data.items()
-        else:
-            name, arguments = _at(data, s.name_path), _at(data, s.args_path)
-        return _made(name, arguments)
+            first = members(text, start)[0][0]
+            return _made(name, arguments, text[first.start : first.end])
+        name, arguments = _at(data, s.name_path), _at(data, s.args_path)
+        return _made(name, arguments, arguments_text(text, start, s.args_path))
 
     def _skip_id(self, text: str, pos: int, after: list[str]) -> int:
         """Past the id written after the name (a call id, or Kimi's index)."""
@@ -145,17 +176,20 @@ class LearntFormat(ToolFormat):
         _, pos = read_until(text, pos, after)
         return pos
 
-    def _tag_json_call(self, text: str, pos: int, final: bool) -> tuple[ToolCall, int]:
+    def _tag_json_call(self, text: str, pos: int, final: bool, seen: Seen) -> tuple[ToolCall, int]:
         s = self.syntax
         name, pos = read_name(text, pos, [s.name_suffix])
         if s.id_slot == "after_name":
             pos = expect(text, self._skip_id(text, pos, [s.id_suffix]), s.id_suffix)
         else:
             pos = expect(text, pos, s.name_suffix)
-        arguments, pos = read_json(text, pos, [s.call_end, s.section_end], final)
-        return _made(name, arguments), pos
+        seen.named(name)
+        start = skip_blanks(text, pos)
+        seen.json_at(start)
+        arguments, pos = read_json(text, start, [s.call_end, s.section_end], final)
+        return _made(name, arguments, text[start:pos]), pos
 
-    def _tagged_call(self, text: str, pos: int, final: bool) -> tuple[ToolCall, int]:
+    def _tagged_call(self, text: str, pos: int, final: bool, seen: Seen) -> tuple[ToolCall, int]:
         s = self.syntax
         after_id = s.id_slot == "after_name"
         head = s.args_start if after_id else s.name_suffix
@@ -163,23 +197,25 @@ class LearntFormat(ToolFormat):
         name, pos = read_name(text, pos, [s.name_suffix] if after_id else [head, empty])
         if after_id:
             pos = self._skip_id(text, pos, [head, s.empty_args])
+        seen.named(name)
         if peek(text, pos, empty):
             return _made(name, {}), expect(text, pos, s.empty_args)
         if not peek(text, pos, head):
             raise More if None in (peek(text, pos, head), peek(text, pos, empty)) else Bad
         pos = expect(text, pos, head)
         schema = self.tools[name].parameters.get("properties", {}) if name in self.tools else {}
-        arguments: dict[str, Any] = {}
+        pairs: list[tuple[str, Any]] = []  # as written: the call's JSON is built in this order
         while True:
             key, value, pos = self._argument(text, pos, schema, final)
-            arguments[key] = value
+            pairs.append((key, value))
+            seen.argument(key, value)
             if peek(text, pos, s.call_end) and not peek(text, pos, s.arg_sep):
-                return _made(name, arguments), pos
+                return _made(name, {}, arguments_json(pairs)), pos
             if peek(text, pos, s.arg_sep):
                 pos = expect(text, pos, s.arg_sep)
                 continue
             if final and skip_blanks(text, pos) == len(text):
-                return _made(name, arguments), len(text)
+                return _made(name, {}, arguments_json(pairs)), len(text)
             if peek(text, pos, s.call_end) is None or peek(text, pos, s.arg_sep) is None:
                 raise More
             raise Bad
@@ -388,15 +424,18 @@ def _at(data: Any, path: tuple[str, ...]) -> Any:
     return data
 
 
-def _made(name: object, arguments: object) -> ToolCall:
+def _made(name: object, arguments: object, written: str | None = None) -> ToolCall:
+    """A call; `written`: its arguments' JSON text as the model wrote it (or as built)."""
     if isinstance(arguments, str):  # arguments written as JSON text
         try:
             arguments = json.loads(arguments)
         except ValueError:
             raise Bad from None
+        written = None
     if not isinstance(name, str) or not name or not isinstance(arguments, dict):
         raise Bad
-    return ToolCall(new_call_id(), name, json.dumps(arguments, ensure_ascii=False))
+    text = written if written is not None else json.dumps(arguments, ensure_ascii=False)
+    return ToolCall(new_call_id(), name, text)
 
 
 def _kind(text: str, pos: int, suffixes: tuple[str, str], schema: Any) -> int | None:

@@ -7,6 +7,9 @@ a body: `<|channel|>analysis<|message|>...<|end|>` is thinking;
 answer's text; `<|channel|>commentary to=functions.f <|constrain|>json<|message|>{...}<|call|>`
 is a call (the recipient may also come before the channel: ` to=functions.f<|channel|>...`);
 commentary to no one is text the user sees. Between messages: `<|end|><|start|>assistant`.
+
+A call streams as it is written: its start once the header names the recipient, then its JSON
+body as it is settled (`tool_calls.settled_arguments`), kept as the call's arguments.
 """
 
 from __future__ import annotations
@@ -16,8 +19,10 @@ import re
 from collections.abc import Sequence
 
 from specllama.chat import ToolCall
+from specllama.family.call_stream import CallPieces
 from specllama.family.calls_text import lark_literal
-from specllama.family.pieces import Piece, Reading
+from specllama.family.pieces import Piece, Reading, piece_of
+from specllama.json_text import skip_blanks
 from specllama.tool_calls import (
     Scan,
     Segment,
@@ -26,7 +31,7 @@ from specllama.tool_calls import (
     ToolFormat,
     arguments_rule,
     held_prefix,
-    new_call_id,
+    settled_arguments,
 )
 
 MESSAGE, CHANNEL, START = "<|message|>", "<|channel|>", "<|start|>"
@@ -36,9 +41,12 @@ _HEADER_LIMIT = 256  # a header longer than this is no header: the text is plain
 
 
 class HarmonyReader:
-    """Reads one gpt-oss answer as it streams (the `pieces.Reader` protocol)."""
+    """Reads one gpt-oss answer as it streams (the `pieces.Reader` protocol). `streamed`
+    off: each call comes whole, and one broken off is text, as a whole reading has it."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, streamed: bool = True) -> None:
+        self._streamed = streamed
+        self._pieces = CallPieces()
         self._buffer = ""
         self._header: str | None = ""  # None: inside a body
         self._kind = "text"  # the body's: "thinking", "text" or "call"
@@ -90,8 +98,9 @@ class HarmonyReader:
         recipient = _RECIPIENT.search(header)
         if recipient and recipient.group(1).startswith("functions."):
             self._kind, self._recipient = "call", recipient.group(1).removeprefix("functions.")
-        else:
-            self._kind = "thinking" if channel.startswith("analysis") else "text"
+            self._header = None
+            return self._written("")
+        self._kind = "thinking" if channel.startswith("analysis") else "text"
         self._header = None
         return []
 
@@ -99,7 +108,10 @@ class HarmonyReader:
         ends = [(self._buffer.find(e), e) for e in ENDS if e in self._buffer]
         if not ends:
             if self._kind == "call" and not final:
-                return []
+                start = skip_blanks(self._buffer, 0)
+                if not self._buffer.startswith("{", start):
+                    return []
+                return self._written(settled_arguments(self._buffer, start, ENDS))
             hold = 0 if final else max(held_prefix(self._buffer, e) for e in ENDS)
             body = self._take(len(self._buffer) - hold)
             if self._kind == "call":  # the end of generation closes the call (`<|call|>`)
@@ -111,17 +123,30 @@ class HarmonyReader:
         self._header = ""
         return self._call(body) if self._kind == "call" else self._say(self._kind, body)
 
+    def _written(self, arguments: str) -> list[Piece]:
+        """The call being read, as far as it is written (nothing when not `streamed`)."""
+        if not self._streamed:
+            return []
+        return [
+            piece_of(d) for d in self._pieces.written(len(self._calls), self._recipient, arguments)
+        ]
+
     def _call(self, body: str) -> list[Piece]:
+        """The call whose body is whole: its arguments are the JSON as written."""
+        written = body.strip() or "{}"
         try:
-            arguments = json.loads(body) if body.strip() else {}
+            arguments = json.loads(written)
         except ValueError:
             arguments = None
         if not isinstance(arguments, dict):
             self._broken = True
+            if self._pieces.open:  # it began: it ends broken, its text kept for the reading
+                self._text.append(body)
+                return [piece_of(d) for d in self._pieces.cut()]
             return self._say("text", body)
-        call = ToolCall(new_call_id(), self._recipient, json.dumps(arguments, ensure_ascii=False))
+        deltas, call = self._pieces.whole(len(self._calls), ToolCall("", self._recipient, written))
         self._calls.append(call)
-        return [Piece("call", call=call, index=len(self._calls) - 1)]
+        return [piece_of(d) for d in deltas]
 
     def _say(self, kind: str, text: str) -> list[Piece]:
         if not text:
@@ -152,14 +177,14 @@ class HarmonyFormat(ToolFormat):
         return HarmonyReader()
 
     def scan(self, text: str, start: int, final: bool) -> Scan:
-        reader = HarmonyReader()
+        reader = HarmonyReader(streamed=False)
         pieces = reader.feed(text[start:]) + (reader.finish() if final else [])
         if not final:  # only what whole messages gave: the rest is read again next time
             return Scan([], start)
         segments = [
             Segment(call=p.call) if p.kind == "call" else Segment(p.text)
             for p in pieces
-            if p.kind != "thinking"
+            if p.kind in ("call", "text")
         ]
         return Scan(segments, len(text), broken=reader.result().broken)
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from specllama.family.pieces import Piece, Reader, Reading
-from specllama.tool_calls import CallStream, Delta, ToolFormat
+from specllama.family.call_stream import CallStream
+from specllama.family.pieces import Piece, Reader, Reading, piece_of
+from specllama.tool_calls import ToolFormat
 
 
 class Split(Protocol):
@@ -38,7 +39,7 @@ class AnswerReader:
     def finish(self) -> list[Piece]:
         pieces = self._pieces(self._split.finish()) if self._split else []
         if self._calls is not None:
-            pieces += [_piece(d) for d in self._calls.finish()]
+            pieces += [piece_of(d) for d in self._calls.finish()]
         return pieces
 
     def result(self) -> Reading:
@@ -62,13 +63,7 @@ class AnswerReader:
         if self._calls is None:
             self._text.append(text)
             return [Piece("text", text)] if text else []
-        return [_piece(d) for d in self._calls.feed(text)]
-
-
-def _piece(delta: Delta) -> Piece:
-    if delta.call is not None:
-        return Piece("call", call=delta.call, index=delta.index)
-    return Piece("text", delta.content)
+        return [piece_of(d) for d in self._calls.feed(text)]
 
 
 def read_whole(reader: Reader, text: str) -> Reading:

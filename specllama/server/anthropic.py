@@ -383,9 +383,9 @@ def stop_reason(done: Done, reading: Reading | None) -> str:
 
 class MessageAnswer:
     """A `message`, whole or as its events: message_start, ping, each content block's start,
-    deltas (thinking_delta, text_delta, input_json_delta) and stop, message_delta,
-    message_stop. A model that thinks gives its thinking as a `thinking` block (with an empty
-    signature, as llama-server gives it) before the answer."""
+    deltas (thinking_delta, text_delta, input_json_delta as each call's arguments are written)
+    and stop, message_delta, message_stop. A model that thinks gives its thinking as a
+    `thinking` block (with an empty signature, as llama-server gives it) before the answer."""
 
     def __init__(self, asked: GenerationRequest, served: Served) -> None:
         self.id = f"msg_{uuid.uuid4().hex[:24]}"
@@ -420,12 +420,12 @@ class MessageAnswer:
     def _events(self, pieces: list[Piece]) -> list[Event]:
         events: list[Event] = []
         for piece in pieces:
-            if piece.call is not None:
+            if piece.kind == "call_start" and piece.call is not None:
                 call = piece.call
                 events += self._start({"type": "tool_use", "id": call.id, "name": call.name})
-                events.append(
-                    self._delta({"type": "input_json_delta", "partial_json": call.arguments})
-                )
+            elif piece.kind == "call_args" and self._open == "tool_use":
+                events.append(self._delta({"type": "input_json_delta", "partial_json": piece.text}))
+            elif piece.kind == "call":
                 events += self._stop()
             elif piece.kind == "thinking":
                 if self._open != "thinking":

@@ -4,7 +4,8 @@ or nothing more once it is cancelled (the queue then says Failed(Cancelled())).
 
 A cancelled generation stops at its next event, or within one chunk of its prompt while that is
 evaluated (`EvaluatedTokens.interrupted`): what was evaluated stays in the slot's contexts, so
-that a retry of the same prompt goes on from there.
+that a retry of the same prompt goes on from there. Either way /metrics counts what it did
+(`ServerMetrics.on_cancelled`): the prompt tokens it evaluated and the seconds they took.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -23,7 +25,7 @@ from specllama.engine.sampling import SamplingParams
 from specllama.engine.stats import GenerationStats, LiveCounter
 from specllama.engine.stops import StopMatcher
 from specllama.llama.evaluated import DecodeInterrupted
-from specllama.server.metrics import ServerMetrics
+from specllama.server.metrics import ServerMetrics, Unfinished
 from specllama.server.origins import Piece, TokenTape, origin
 from specllama.session import Engine
 
@@ -109,6 +111,8 @@ def answer(
     to_come = 0  # this round's tokens not seen yet
     written: list[int] = []  # the answer's tokens
     params = work.params.with_seed()  # drawn here, so that an answer cut short reports it too
+    started = time.perf_counter()
+    prefilled: float | None = None  # when the prompt was all evaluated (the first round began)
     events = engine.generate_thinking(
         work.prompt,
         params,
@@ -123,8 +127,12 @@ def answer(
             for event in events:
                 if cancelled.is_set():
                     log.info("cancelled after %d tokens", counter.stats.n_generated)
+                    prompt_s = (prefilled or time.perf_counter()) - started
+                    metrics.on_cancelled(_cut_in_answer(work, reused, prompt_s, counter))
                     return
                 if isinstance(event, RoundEvent):
+                    if prefilled is None:
+                        prefilled = time.perf_counter() - event.draft_s - event.target_s
                     metrics.on_round(event)
                     counter.on_round(
                         event.n_drafted, event.n_accepted, event.draft_s, event.target_s
@@ -146,8 +154,10 @@ def answer(
                 elif isinstance(event, FinishEvent):
                     finish = event
     except DecodeInterrupted:
-        held = engine.target.n_past
+        held = min(engine.target.n_past, len(work.prompt))
         log.info("cancelled with %d of the prompt's %d tokens evaluated", held, len(work.prompt))
+        elapsed = time.perf_counter() - started
+        metrics.on_cancelled(Unfinished(max(held - reused, 0), reused, elapsed, prompt_done=False))
         return
     finally:
         events.close()  # stopping early: the generator rolls both contexts back
@@ -155,6 +165,7 @@ def answer(
     if finish is None:  # a stop string ended it
         stats = counter.snapshot("stop_string")
         stats.seed = params.effective_seed
+        stats.prefill_s = (prefilled or started) - started
     else:
         stats = finish.stats
         tape.extend_last(flushed := text.flush())
@@ -185,6 +196,13 @@ def _stops_between_chunks(engine: Engine, cancelled: threading.Event) -> Iterato
     finally:
         for model in models:
             model.interrupted = None
+
+
+def _cut_in_answer(work: Work, reused: int, prompt_s: float, counter: LiveCounter) -> Unfinished:
+    """A generation cancelled after its prompt: the prompt, and the tokens it wrote."""
+    stats = counter.snapshot()
+    evaluated = max(len(work.prompt) - reused, 0)
+    return Unfinished(evaluated, reused, prompt_s, True, stats.n_generated, stats.time_s)
 
 
 def _has_text(pieces: list[Piece]) -> bool:

@@ -7,7 +7,8 @@ use), so that dashboards made for it read ours; ours under `specllama:` for what
 drafted and accepted tokens by drafter, acceptance by draft position, the prompt cache.
 
 Counters only move forward: they are counted where the events happen (a round of the
-speculative loop, an answer's end), from the slots' threads. Gauges say the state when
+speculative loop, an answer's end, a request cancelled: what it evaluated of its prompt and
+generated counts as an answer's does), from the slots' threads. Gauges say the state when
 /metrics is asked (the queue, the slots' contexts, the cache). The two throughput gauges are
 llama-server's: the answers finished since the previous scrape, 0 when none was.
 """
@@ -47,6 +48,7 @@ DEFERRED = "Number of requests deferred"
 KV_TOKENS = "KV cache tokens: what the target's sequences hold, all slots"
 KV_RATIO = "KV cache usage ratio: the tokens held over the context, all slots (1: full)"
 ANSWERS = "Answers ended, by the loop's finish reason (stop, stop_string, length, context)"
+CANCELLED = "Requests cancelled (client gone, server stopping), by where: prompt or answer"
 BY_DRAFTER_DRAFTED = "Tokens drafted, by drafter"
 BY_DRAFTER_KEPT = "Drafted tokens the target accepted, by drafter"
 BY_DRAFTER_DRAFTS = "Rounds that drafted, by drafter"
@@ -66,6 +68,19 @@ class Family:
     kind: str  # "counter" or "gauge"
     help: str
     samples: list[tuple[Labels, float]]
+
+
+@dataclass(frozen=True)
+class Unfinished:
+    """What a request cancelled before its end had done: prompt tokens evaluated (`n_reused`
+    were held already) in `prompt_s` seconds, and tokens generated in `generated_s`."""
+
+    n_evaluated: int
+    n_reused: int
+    prompt_s: float
+    prompt_done: bool  # its prompt was all evaluated: it stopped during the answer
+    n_generated: int = 0
+    generated_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -117,6 +132,7 @@ class ServerMetrics:
         self._lock = threading.Lock()
         self._totals: Counter[str] = Counter()  # llama-server's unlabelled counters
         self._answers: Counter[str] = Counter()  # finish reason -> answers
+        self._cancelled: Counter[str] = Counter()  # "prompt" or "answer" -> requests
         self._drafted: Counter[str] = Counter()  # drafter -> tokens drafted
         self._accepted: Counter[str] = Counter()  # drafter -> tokens accepted
         self._drafts: Counter[str] = Counter()  # drafter -> rounds that drafted
@@ -146,14 +162,32 @@ class ServerMetrics:
         evaluated) and its generated tokens, with the time each took."""
         evaluated = max(stats.n_prompt - n_reused, 0)
         with self._lock:
-            for counts in (self._totals, self._window):
-                counts["prompt_tokens"] += evaluated
-                counts["prompt_seconds"] += stats.prefill_s
-                counts["predicted_tokens"] += stats.n_generated
-                counts["predicted_seconds"] += stats.time_s
-            self._totals["prompt_tokens_cached"] += n_reused
+            self._count(evaluated, n_reused, stats.prefill_s, stats.n_generated, stats.time_s)
             self._answers[stats.finish_reason or "unknown"] += 1
             self._n_tokens_max = max(self._n_tokens_max, stats.n_prompt + stats.n_generated)
+
+    def on_cancelled(self, cancelled: Unfinished) -> None:
+        """A request stopped before its answer ended: what it did is counted all the same
+        (a long prompt evaluated for a client that gave up is time the server spent)."""
+        with self._lock:
+            self._count(
+                cancelled.n_evaluated,
+                cancelled.n_reused,
+                cancelled.prompt_s,
+                cancelled.n_generated,
+                cancelled.generated_s,
+            )
+            self._cancelled["answer" if cancelled.prompt_done else "prompt"] += 1
+
+    def _count(
+        self, evaluated: int, reused: int, prompt_s: float, generated: int, generated_s: float
+    ) -> None:
+        for counts in (self._totals, self._window):
+            counts["prompt_tokens"] += evaluated
+            counts["prompt_seconds"] += prompt_s
+            counts["predicted_tokens"] += generated
+            counts["predicted_seconds"] += generated_s
+        self._totals["prompt_tokens_cached"] += reused
 
     def render(self, now: Now) -> str:
         """The exposition text; the throughput gauges' window starts again."""
@@ -204,6 +238,12 @@ class ServerMetrics:
         name = "specllama:{}".format
         return [
             Family(name("answers_total"), "counter", ANSWERS, _by("finish_reason", self._answers)),
+            Family(
+                name("requests_cancelled_total"),
+                "counter",
+                CANCELLED,
+                _by("during", self._cancelled),
+            ),
             Family(
                 name("drafted_tokens_total"),
                 "counter",

@@ -21,9 +21,9 @@ rule forced), and the figures so far. OpenAI clients ignore the field.
 
 When the request offers tools, the answer is read for calls in the model's own syntax
 (`specllama.tool_calls`): whole, into `message.tool_calls`; streamed, as OpenAI streams them
-(a call's first delta names it with empty arguments, the next carries the arguments). Text from
-where a call may begin is held back, so markup never reaches `content`; a chunk whose text is
-held carries its tokens with an empty delta.
+(a call's first delta names it with empty arguments, the next ones carry the arguments as the
+model writes them). Text from where a call may begin is held back, so markup never reaches
+`content`; a chunk whose text is held carries its tokens with an empty delta.
 """
 
 from __future__ import annotations
@@ -441,16 +441,16 @@ class ChatAnswer:
         return chunks
 
     def _piece_chunks(self, piece: Piece) -> list[Event]:
-        """Thinking or text; or a call's two chunks, as OpenAI streams a call: its index, id,
-        type and name with empty arguments, then the arguments."""
-        if piece.call is None:
-            field = "reasoning_content" if piece.kind == "thinking" else "content"
-            return [self._chunk([self._choice({field: piece.text}, None)])]
-        call, index = piece.call, piece.index
-        named = {"index": index, **_call_body(call)}
-        named["function"] = {"name": call.name, "arguments": ""}
-        arguments = {"index": index, "function": {"arguments": call.arguments}}
-        return [self._tool_chunk(named), self._tool_chunk(arguments)]
+        """Thinking or text; or a call as OpenAI streams one: its index, id, type and name
+        with empty arguments, then a chunk per piece of its arguments (its end: nothing)."""
+        if piece.kind == "call_start" and piece.call is not None:
+            return [self._tool_chunk({"index": piece.index, **_call_body(piece.call)})]
+        if piece.kind == "call_args":
+            return [self._tool_chunk({"index": piece.index, "function": {"arguments": piece.text}})]
+        if piece.kind == "call":
+            return []
+        field = "reasoning_content" if piece.kind == "thinking" else "content"
+        return [self._chunk([self._choice({field: piece.text}, None)])]
 
     def _tool_chunk(self, call_delta: dict[str, Any]) -> Event:
         return self._chunk([self._choice({"tool_calls": [call_delta]}, None)])

@@ -1,7 +1,7 @@
 """OpenAI's Responses API (`POST /v1/responses`), as Codex CLI and the openai SDK speak it:
 requests read into the one request type, answers written back as a `response` object, whole or
 as its event stream (response.created, response.output_item.added, response.output_text.delta,
-response.function_call_arguments.delta, ..., response.completed).
+response.function_call_arguments.delta as the model writes each call, ..., response.completed).
 
 Stateless: nothing is stored (`store` is accepted either way), so a `previous_response_id` is
 refused by name; a client sends the whole conversation in `input`, as Codex does. Input items:
@@ -41,6 +41,7 @@ from specllama.server.request import (
     tool_choice,
     unique_tools,
 )
+from specllama.server.responses_calls import StreamedCall, call_item
 from specllama.server.wire import KEEPALIVE_COMMENT, Event, Served, Wire, specllama_stats, sse
 from specllama.tool_calls import Tool
 
@@ -311,11 +312,6 @@ def _id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:24]}"
 
 
-def _call_item(call: ToolCall, status: str, arguments: str) -> dict[str, Any]:
-    item = {"id": f"fc_{call.id.removeprefix('call_')}", "type": "function_call"}
-    return {**item, "status": status, "call_id": call.id, "name": call.name, "arguments": arguments}
-
-
 class ResponseAnswer:
     """A `response`, whole or as its events, each with its sequence number."""
 
@@ -329,6 +325,7 @@ class ResponseAnswer:
         self._output: list[dict[str, Any]] = []  # the items finished so far
         self._open: dict[str, Any] | None = None  # the message or reasoning item being written
         self._said = ""  # its text so far
+        self._call: StreamedCall | None = None  # the function_call item being written
 
     def _response(self, status: str, output: list[dict[str, Any]], **more: Any) -> dict[str, Any]:
         asked = self.asked
@@ -372,8 +369,8 @@ class ResponseAnswer:
         """Thinking goes into a `reasoning` item, text into a `message`, each call an item."""
         events: list[Event] = []
         for piece in pieces:
-            if piece.call is not None:
-                events += self._close_item() + self._call_events(piece.call)
+            if piece.kind.startswith("call"):
+                events += self._call_events(piece)
             elif piece.text:
                 kind = "reasoning" if piece.kind == "thinking" else "message"
                 events += self._open_item(kind)
@@ -427,22 +424,22 @@ class ResponseAnswer:
         self._open = None
         return events
 
-    def _call_events(self, call: ToolCall) -> list[Event]:
-        index = len(self._output)
-        item = _call_item(call, "completed", call.arguments)
-        at = {"item_id": item["id"], "output_index": index}
-        events = [
-            self._event(
-                "response.output_item.added",
-                output_index=index,
-                item=_call_item(call, "in_progress", ""),
-            ),
-            self._event("response.function_call_arguments.delta", **at, delta=call.arguments),
-            self._event("response.function_call_arguments.done", **at, arguments=call.arguments),
-            self._event("response.output_item.done", output_index=index, item=item),
-        ]
+    def _call_events(self, piece: Piece) -> list[Event]:
+        """A call's item added at its start, its arguments' deltas, done at its end."""
+        if piece.kind == "call_start" and piece.call is not None:
+            self._call = StreamedCall(piece.call, len(self._output))
+            return self._close_item() + self._numbered(self._call.added())
+        if self._call is None:
+            return []
+        if piece.kind == "call_args":
+            return self._numbered(self._call.delta(piece.text))
+        events, item = self._call.done(broken=piece.broken)
         self._output.append(item)
-        return events
+        self._call = None
+        return self._numbered(events)
+
+    def _numbered(self, events: list[tuple[str, dict[str, Any]]]) -> list[Event]:
+        return [self._event(kind, **fields) for kind, fields in events]
 
     def final(self, done: Done) -> list[Event]:
         events = self._events(self._reader.finish())
@@ -477,7 +474,7 @@ class ResponseAnswer:
     def keepalive(self) -> str:
         """A comment, and while nothing is written yet `response.in_progress` again: the
         event that says the response is under way."""
-        if self._output or self._open is not None:
+        if self._output or self._open is not None or self._call is not None:
             return KEEPALIVE_COMMENT
         response = self._response("in_progress", [])
         return KEEPALIVE_COMMENT + sse(self._event("response.in_progress", response=response))
@@ -497,7 +494,7 @@ class ResponseAnswer:
                 {**message, "role": "assistant", "content": [_part("message", reading.content)]}
             )
         for call in reading.calls:
-            output.append(_call_item(call, "completed", call.arguments))
+            output.append(call_item(call, "completed", call.arguments))
         return self._finished(done, output, reading)
 
 

@@ -1,7 +1,8 @@
 """Every real template's own way of writing calls reads back to the same calls: whole, streamed
-in random pieces, two at once, after text; and the grammar that forces a call accepts what the
-template writes. No model: the grammars are compiled against a byte vocabulary whose special
-tokens are the family's markers."""
+in random pieces, two at once, after text; streamed, each call comes as it is written (its
+start, its arguments in pieces that join to its arguments exactly, its end); and the grammar
+that forces a call accepts what the template writes. No model: the grammars are compiled
+against a byte vocabulary whose special tokens are the family's markers."""
 
 from __future__ import annotations
 
@@ -11,18 +12,14 @@ import random
 import pytest
 from chat_templates import NOT_READ, all_templates, template_names
 
+from specllama.family.call_stream import CallStream, parse_answer
 from specllama.family.calls import LearntFormat
 from specllama.family.detect import tool_format
 from specllama.family.harmony import HarmonyFormat
+from specllama.family.pieces import Piece
 from specllama.family.probes import written_calls
-from specllama.tool_calls import (
-    CallStream,
-    Llama3,
-    Tool,
-    call_grammar,
-    parse_answer,
-    special_by_text,
-)
+from specllama.family.reader import AnswerReader, read_whole
+from specllama.tool_calls import Llama3, Tool, call_grammar, special_by_text
 
 WEATHER = Tool(
     "get_weather",
@@ -103,6 +100,103 @@ def test_two_calls_and_text_before_read_back(name):
     assert calls == TWO and not broken
     assert content == "Let me look that up."
     assert read(fmt, "Let me look that up.\n" + text, random.Random(7)) == (content, calls, broken)
+
+
+# -- streamed as written ---------------------------------------------------------------------
+
+RICH = [("get_weather", {"city": "Saint-Étienne, Loire", "days": 12, "units": {"t": "c"}})]
+
+
+def reader_for(fmt):
+    return fmt.reader() if isinstance(fmt, HarmonyFormat) else AnswerReader(calls=fmt)
+
+
+def feed(fmt, text: str, steps: random.Random | None = None) -> list[tuple[str, Piece]]:
+    reader, out, at = reader_for(fmt), [], 0
+    while at < len(text):
+        step = steps.randint(1, 9) if steps else 1
+        chunk = text[at : at + step]
+        at += len(chunk)
+        out += [(text[:at], piece) for piece in reader.feed(chunk)]
+    return out + [(text, piece) for piece in reader.finish()]
+
+
+def check_calls(fed: list[tuple[str, Piece]], verbatim: bool) -> list[tuple[str, str, int]]:
+    """Each call's pieces in order (start, arguments, end), one call at a time, with one id,
+    the arguments joined equal to the call's; `verbatim`: the arguments so far are always in
+    the text fed so far. Returns (name, arguments, how many argument pieces) per call."""
+    calls: dict[int, dict] = {}
+    for so_far, piece in fed:
+        if piece.kind == "call_start":
+            assert piece.index not in calls and piece.index == len(calls)
+            assert piece.call.arguments == ""
+            assert all(c["end"] is not None for c in calls.values()), "one call at a time"
+            calls[piece.index] = {"start": piece.call, "args": [], "end": None}
+        elif piece.kind == "call_args":
+            call = calls[piece.index]
+            assert call["end"] is None and piece.text
+            call["args"].append(piece.text)
+            if verbatim:
+                assert "".join(call["args"]) in so_far, (so_far, call["args"])
+        elif piece.kind == "call":
+            call = calls[piece.index]
+            assert call["end"] is None and not piece.broken
+            call["end"] = piece.call
+    found = []
+    for index in range(len(calls)):
+        start, args, end = calls[index]["start"], calls[index]["args"], calls[index]["end"]
+        assert end is not None, "every call that starts ends"
+        assert (end.id, end.name) == (start.id, start.name)
+        assert "".join(args) == end.arguments
+        found.append((end.name, end.arguments, len(args)))
+    return found
+
+
+def rendered(name: str, calls) -> tuple[object, str]:
+    if name in NOT_READ:
+        pytest.xfail(NOT_READ[name])
+    text = written(name, calls)
+    if "get_weather" not in text:
+        pytest.skip("the template writes no calls")
+    return tool_format(all_templates()[name], TOOLS), text
+
+
+@pytest.mark.parametrize("name", tool_templates())
+def test_a_call_streams_as_it_is_written(name):
+    fmt, text = rendered(name, RICH)
+    whole = read_whole(reader_for(fmt), text)
+    assert [(c.name, json.loads(c.arguments)) for c in whole.calls] == RICH, text
+    verbatim = whole.calls[0].arguments in text  # JSON as written (else built, tagged)
+    fed = feed(fmt, text)
+    ((call_name, arguments, n_pieces),) = check_calls(fed, verbatim)
+    assert (call_name, arguments) == (whole.calls[0].name, whole.calls[0].arguments)
+    assert n_pieces > 1, "the arguments come as they are written, not all at the end"
+    end = next(so_far for so_far, piece in fed if piece.kind == "call")
+    first = next(so_far for so_far, piece in fed if piece.kind == "call_args")
+    assert len(first) < len(end), "the first piece comes before the call ends"
+    for seed in range(3):
+        assert check_calls(feed(fmt, text, random.Random(seed)), verbatim)[0][:2] == (
+            call_name,
+            arguments,
+        )
+
+
+@pytest.mark.parametrize("name", tool_templates())
+def test_two_calls_after_text_stream_in_order(name):
+    fmt, text = rendered(name, TWO)
+    if "now" not in text.replace("get_weather", ""):
+        pytest.skip("the template writes one call a turn")
+    if not isinstance(fmt, HarmonyFormat):
+        text = "Let me look that up.\n" + text
+    whole = read_whole(reader_for(fmt), text)
+    assert [(c.name, json.loads(c.arguments)) for c in whole.calls] == TWO, text
+    verbatim = all(c.arguments in text for c in whole.calls)
+    for steps in (None, random.Random(1)):
+        fed = feed(fmt, text, steps)
+        found = check_calls(fed, verbatim)
+        assert [(n, a) for n, a, _ in found] == [(c.name, c.arguments) for c in whole.calls]
+        said = "".join(p.text for _, p in fed if p.kind == "text")
+        assert said == (whole.content or "")
 
 
 # -- forced calls ---------------------------------------------------------------------------

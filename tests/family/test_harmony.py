@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import random
 
+from specllama.family.call_stream import parse_answer
 from specllama.family.harmony import HarmonyFormat, HarmonyReader
 from specllama.family.reader import read_whole
-from specllama.tool_calls import Tool, parse_answer, special_by_text
+from specllama.tool_calls import Tool, special_by_text
 
 THOUGHT = "<|channel|>analysis<|message|>They want the weather.<|end|><|start|>assistant"
 CALL = (

@@ -1,7 +1,8 @@
 """Each family's own chat template on a real small model served by `specllama serve`: a call
 the client forces comes back as a tool call through all three APIs (written in the family's
-own syntax, forced by its grammar, read by its reader), and a greedy answer is the same text,
-thinking apart, through each.
+own syntax, forced by its grammar, read by its reader), streamed as it is written (in several
+pieces of arguments, which each SDK puts together into the very call the whole answer has),
+and a greedy answer is the same text, thinking apart, through each.
 
 The model is a 2-layer F32 copy of SmolLM2 wearing each real template from llama.cpp's sources
 (`tests/chat_templates.py`): what it writes means nothing, but it is written token by token by
@@ -112,6 +113,111 @@ def test_a_forced_call_is_a_call_through_every_api(served: Server):
     assert name == "get_weather" and set(arguments) == {"city"}
     assert responses_call(served) == (name, arguments)
     assert messages_call(served) == (name, arguments)
+
+
+# -- streamed calls ---------------------------------------------------------------------------
+
+
+def chat_tool() -> dict:
+    function = {"name": "get_weather", "description": DESCRIPTION, "parameters": WEATHER}
+    return {"type": "function", "function": function}
+
+
+def chat_streamed_call(server: Server) -> tuple[str, str, int]:
+    """A forced call streamed, put together by the openai SDK's stream helper: (name, arguments,
+    how many chunks carried a piece of the arguments)."""
+    with server.client().chat.completions.stream(
+        model="m",
+        messages=ASK,
+        tools=[chat_tool()],
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+        max_tokens=N,
+        reasoning_effort="none",
+    ) as stream:
+        pieces = [
+            part.function.arguments
+            for chunk in stream
+            if chunk.type == "chunk"
+            for part in (chunk.chunk.choices[0].delta.tool_calls or [])
+            if part.function and part.function.arguments
+        ]
+        final = stream.get_final_completion().choices[0]
+    assert final.finish_reason == "tool_calls", final
+    (call,) = final.message.tool_calls
+    assert "".join(pieces) == call.function.arguments
+    return call.function.name, call.function.arguments, len(pieces)
+
+
+def chat_whole_call(server: Server) -> tuple[str, str]:
+    answer = server.client().chat.completions.create(
+        model="m",
+        messages=ASK,
+        tools=[chat_tool()],
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+        max_tokens=N,
+        reasoning_effort="none",
+    )
+    (call,) = answer.choices[0].message.tool_calls
+    return call.function.name, call.function.arguments
+
+
+def responses_streamed_call(server: Server) -> tuple[str, str, int]:
+    tool = {"type": "function", "name": "get_weather", "parameters": WEATHER}
+    with server.client().responses.stream(
+        model="m",
+        input=ASK,
+        tools=[{**tool, "description": DESCRIPTION}],
+        tool_choice={"type": "function", "name": "get_weather"},
+        max_output_tokens=N,
+        reasoning={"effort": "none"},
+    ) as stream:
+        events = list(stream)
+        final = stream.get_final_response()
+    pieces = [e.delta for e in events if e.type == "response.function_call_arguments.delta"]
+    (done,) = [e for e in events if e.type == "response.function_call_arguments.done"]
+    added = [e.item for e in events if e.type == "response.output_item.added"]
+    (call,) = [item for item in final.output if item.type == "function_call"]
+    assert "".join(pieces) == done.arguments == call.arguments and done.name == call.name
+    assert [(a.call_id, a.arguments) for a in added if a.type == "function_call"] == [
+        (call.call_id, "")
+    ]
+    return call.name, call.arguments, len(pieces)
+
+
+def messages_streamed_call(server: Server) -> tuple[str, dict, int]:
+    client = anthropic.Anthropic(base_url=server.url, api_key=KEY, max_retries=0)
+    tool = {"name": "get_weather", "description": DESCRIPTION, "input_schema": WEATHER}
+    with client.messages.stream(
+        model="m",
+        messages=ASK,
+        tools=[tool],
+        tool_choice={"type": "tool", "name": "get_weather"},
+        max_tokens=N,
+        thinking={"type": "disabled"},
+    ) as stream:
+        pieces = [
+            e.delta.partial_json
+            for e in stream
+            if e.type == "content_block_delta" and e.delta.type == "input_json_delta"
+        ]
+        final = stream.get_final_message()
+    assert final.stop_reason == "tool_use", final
+    (use,) = [block for block in final.content if block.type == "tool_use"]
+    assert json.loads("".join(pieces)) == use.input
+    return use.name, use.input, len(pieces)
+
+
+def test_a_streamed_call_comes_in_pieces_that_make_the_whole_call(served: Server):
+    """Streamed, the arguments come as they are written: more than one piece (the call's
+    arguments are a dozen tokens or more), and put together they are the whole answer's."""
+    name, arguments = chat_whole_call(served)
+    streamed_name, streamed_arguments, n_pieces = chat_streamed_call(served)
+    assert (streamed_name, streamed_arguments) == (name, arguments)
+    assert n_pieces > 1
+    streamed_name, streamed_arguments, n_pieces = responses_streamed_call(served)
+    assert (streamed_name, streamed_arguments) == (name, arguments) and n_pieces > 1
+    use_name, use_input, n_pieces = messages_streamed_call(served)
+    assert (use_name, use_input) == (name, json.loads(arguments)) and n_pieces > 1
 
 
 def chat_text(server: Server) -> tuple[str | None, str | None]:
