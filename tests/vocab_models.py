@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import gguf
 import head_models
 import llama_sdist
 import model_factory
@@ -39,3 +40,27 @@ def tiny_with_vocab(name: str) -> Path:
         )
 
     return model_factory._derived(f"llama-tiny.{name}-vocab.F32.gguf", build)
+
+
+def without_chat_template(src: Path) -> Path:
+    """`src` (its tensors as they are) without `tokenizer.chat_template`: a draft that has no
+    template of its own."""
+
+    def build(dst: Path) -> None:
+        reader = gguf.GGUFReader(src)
+        arch = reader.fields["general.architecture"].contents()
+        writer = gguf.GGUFWriter(dst, arch)
+        for field in reader.fields.values():
+            skipped = ("general.architecture", "tokenizer.chat_template")
+            if field.name.startswith("GGUF.") or field.name in skipped:
+                continue
+            sub_type = field.types[-1] if field.types[0] == gguf.GGUFValueType.ARRAY else None
+            writer.add_key_value(field.name, field.contents(), field.types[0], sub_type=sub_type)
+        for tensor in reader.tensors:
+            writer.add_tensor(tensor.name, tensor.data, raw_dtype=tensor.tensor_type)
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
+
+    return model_factory._derived(f"{src.stem}.no-template.gguf", build)

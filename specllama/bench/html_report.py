@@ -292,6 +292,8 @@ def _pair(report: dict[str, Any]) -> str:
     for role in ("target", "draft"):
         model = models.get(role)
         facts[role] = f"{model['name']} ({model['size'] / 1e6:.0f} MB)" if model else "none"
+        if model and model.get("across_tokenizers"):
+            facts[role] += ", across tokenizers (its text re-tokenised)"
     for name, tool in (report.get("tools") or {}).items():
         facts[name] = f"{tool['binary']} (version {tool['version']})"
     return _facts(facts)

@@ -37,7 +37,7 @@ from specllama.bench.prompts import BenchPrompt, load_prompts
 from specllama.engine.drafters import NgramDrafter
 from specllama.engine.events import FinishEvent, RoundEvent
 from specllama.engine.sampling import SamplingParams
-from specllama.errors import UsageError
+from specllama.errors import IncompatibleVocabError, UsageError
 from specllama.llama.backend import default_threads
 from specllama.llama.library import build_facts
 from specllama.paths import cache_dir
@@ -115,7 +115,7 @@ def measure(
     prompts = _prompts(settings.prompts)
     try:
         engine = Engine(_config(target, draft, settings))
-    except UsageError as exc:  # what the files are, not how busy the machine is: remembered
+    except (UsageError, IncompatibleVocabError) as exc:  # what the files are: remembered
         save(target, draft, settings, Measurement(0.0, 0, 0.0, 0.0, 0.0, problem=str(exc)))
         raise
     with engine:

@@ -149,6 +149,8 @@ def caption(report: dict[str, Any]) -> str:
     settings = report["settings"]
     models = report["models"]
     draft = (models.get("draft") or {}).get("name", "none")
+    if (models.get("draft") or {}).get("across_tokenizers"):
+        draft += " (across tokenizers: its text re-tokenised)"
     lines = [
         f"target {models['target']['name']} · draft {draft} · "
         f"temperature {settings['temperature']} · {settings['n_threads']} threads"

@@ -518,5 +518,8 @@ def _models(engine: Engine) -> dict[str, Any]:
 
     # The draft model's file, or the head's (a head drafts for the target, as a draft model).
     loaded = engine.draft_model is not None or loaded_head(engine) is not None
-    draft = engine.config.draft if loaded else None
-    return {"target": describe(engine.config.target), "draft": describe(draft)}
+    draft = describe(engine.config.draft if loaded else None)
+    if draft is not None and engine.draft_model is not None:
+        # A draft of another vocabulary drafts text, re-tokenised: the report says so.
+        draft["across_tokenizers"] = engine.across_tokenizers is not None
+    return {"target": describe(engine.config.target), "draft": draft}

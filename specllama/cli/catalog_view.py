@@ -88,7 +88,7 @@ def models_table(rows: list[PairRow], catalog: Catalog) -> Table:
     table = Table(
         header_style="bold",
         caption="* default pair   ? size/sha256 not verified   fits: where it would run "
-        "(rpc: the target on the --rpc workers)",
+        "(rpc: the target on the --rpc workers)   x-tok: drafts across tokenizers",
     )
     for column in ("pair", "target", "draft", "size", "here", "fits"):
         table.add_column(column)
@@ -118,7 +118,7 @@ def _draft_cell(row: PairRow, catalog: Catalog) -> str:
         return "n-gram lookup" if row.drafter == "ngram" else "own MTP head"
     draft = _short(catalog.model(row.draft))
     if row.drafter == "model":
-        return draft
+        return draft + (" (x-tok)" if row.across_tokenizers else "")
     return f"{draft} {_HEAD_NAMES.get(row.drafter, row.drafter)}"
 
 

@@ -200,6 +200,7 @@ def auto_line(choice: DraftChoice) -> str:
     if choice.pair is not None:
         draft = choice.pair.draft
         kind = f"{draft.head_kind} head, " if draft.head_kind else ""
+        kind += "across tokenizers, " if choice.pair.across_tokenizers else ""
         return (
             f"--draft auto: {draft.ref} ({kind}{local_view.params(draft)} "
             f"{draft.header.quant or ''}, {choice.pair.cost_ratio:.2f} of the target's size; "

@@ -155,6 +155,8 @@ def pairs_table(pairs: list[LocalPair], measured: bool) -> Table:
 
 
 def _draft_note(pair: LocalPair) -> str:
+    if pair.across_tokenizers:
+        return " [dim](across tokenizers)[/dim]"
     if pair.draft.head_kind:
         return f" [dim]({pair.draft.head_kind} head)[/dim]"
     return "" if pair.same_family else " [dim](other family)[/dim]"
@@ -180,6 +182,8 @@ def local_json(
                 "drafter": p.drafter,  # model, or the draft head's kind (--drafter)
                 "draft_cost": round(p.cost_ratio, 4),
                 "same_family": p.same_family,
+                # Another vocabulary: the draft's text is re-tokenised for the target.
+                "across_tokenizers": p.across_tokenizers,
                 "fit": p.fit.verdict,
                 "fit_detail": p.fit.detail,
                 "speedup": p.speedup,

@@ -120,6 +120,12 @@ class Pair:
     draft_max: int = 5
     drafter: str = "model"
     description: str = ""
+    # The draft's tokenizer is not the target's: it drafts text, re-tokenised
+    # (`specllama.engine.cross_drafter`); said in the file, checked against the models'.
+    across_tokenizers: bool = False
+    # Whether its speedup was measured on a real machine (None: the file does not say; False:
+    # `description` says what is expected and why).
+    measured: bool | None = None
 
     @property
     def own_heads(self) -> bool:
@@ -338,7 +344,8 @@ def _parse_pairs(path: Path, text: str, table: object) -> dict[str, Pair]:
 def _parse_pair(where: str, name: str, entry: object) -> Pair:
     if not isinstance(entry, dict):
         raise CatalogError(f"{where} must be a table")
-    _no_unknown_keys(where, entry, {"target", "draft", "draft_max", "drafter", "description"})
+    known = {"target", "draft", "draft_max", "drafter", "description", "across_tokenizers"}
+    _no_unknown_keys(where, entry, known | {"measured"})
     drafter = entry.get("drafter", "model")
     if drafter not in DRAFTERS:
         raise CatalogError(f"{where}: drafter must be one of {', '.join(DRAFTERS)}")
@@ -357,7 +364,12 @@ def _parse_pair(where: str, name: str, entry: object) -> Pair:
     if not isinstance(draft_max, int) or isinstance(draft_max, bool) or not 1 <= draft_max <= 64:
         raise CatalogError(f"{where}: draft_max must be an integer from 1 to 64")
     description = _opt_str(where, "description", entry.get("description")) or ""
-    return Pair(name, entry["target"], draft, draft_max, drafter, description)
+    across = entry.get("across_tokenizers", False)
+    measured = entry.get("measured")
+    for key, value in (("across_tokenizers", across), ("measured", measured)):
+        if value is not None and not isinstance(value, bool):
+            raise CatalogError(f"{where}: {key} must be true or false")
+    return Pair(name, entry["target"], draft, draft_max, drafter, description, across, measured)
 
 
 def _check_links(catalog: Catalog, where: Mapping[str, str]) -> None:
@@ -368,10 +380,31 @@ def _check_links(catalog: Catalog, where: Mapping[str, str]) -> None:
             if model not in catalog.models:
                 hint = _suggest(model, catalog.models)
                 raise CatalogError(f"{where[pair.name]} names unknown {role} {model!r}", hint)
+        _check_tokenizers(catalog, pair, where[pair.name])
     if catalog.default_pair not in catalog.pairs:
         files = " / ".join(str(p) for p in catalog.sources)
         hint = _suggest(catalog.default_pair, catalog.pairs)
         raise CatalogError(f"{files}: default_pair {catalog.default_pair!r} is not a pair", hint)
+
+
+def _check_tokenizers(catalog: Catalog, pair: Pair, where: str) -> None:
+    """A draft model of another tokenizer drafts across tokenizers: the pair must say so, and
+    only such a pair may."""
+    if pair.own_heads:
+        return
+    target, draft = catalog.models[pair.target], catalog.models[pair.draft]
+    differ = target.tokenizer != draft.tokenizer
+    if differ and not pair.across_tokenizers:
+        raise CatalogError(
+            f"{where}: the draft's tokenizer ({draft.tokenizer}) is not the target's "
+            f"({target.tokenizer})",
+            hint="pick a draft of the same tokenizer, or say across_tokenizers = true",
+        )
+    if pair.across_tokenizers and (not differ or pair.drafter != "model"):
+        raise CatalogError(
+            f'{where}: across_tokenizers = true needs a draft model (drafter = "model") '
+            "whose tokenizer differs from the target's"
+        )
 
 
 def _no_unknown_keys(where: str, entry: dict[str, Any], known: set[str]) -> None:

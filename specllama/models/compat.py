@@ -115,7 +115,8 @@ def check_round_trip(draft: HasText, target: HasText, difference: str = "") -> N
 def vocab_difference(d: VocabInfo, t: VocabInfo) -> str | None:
     """Every rule but the token texts: None when they hold, else why not."""
     if d.vocab_type != t.vocab_type:
-        return f"tokenizer types differ (draft {d.vocab_type}, target {t.vocab_type})"
+        kinds = (VOCAB_TYPES.get(v.vocab_type, str(v.vocab_type)) for v in (d, t))
+        return "tokenizer types differ (draft {}, target {})".format(*kinds)
     if d.add_bos != t.add_bos or (d.add_bos and d.bos != t.bos):
         return f"BOS handling differs (draft bos={d.bos}, target bos={t.bos})"
     if d.eos != t.eos:

@@ -251,6 +251,8 @@ class PairRow:
     drafter: str
     draft_max: int
     description: str
+    across_tokenizers: bool = False  # the draft drafts text, re-tokenised
+    measured: bool | None = None  # None: the catalogue does not say
 
     @property
     def downloaded(self) -> bool:
@@ -305,6 +307,8 @@ def pair_rows(
                 drafter=pair.drafter,
                 draft_max=pair.draft_max,
                 description=pair.description,
+                across_tokenizers=pair.across_tokenizers,
+                measured=pair.measured,
             )
         )
     return rows

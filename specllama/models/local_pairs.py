@@ -11,6 +11,14 @@ thumb: where the pair runs (GPU first), then drafts of the target's own family (
 general.basename, else architecture) before others, then the cheaper draft. With measurements
 (`specllama models --local --measure`), by the speedup this machine measured.
 
+A target with no draft of its own vocabulary here (no draft model, no head, no MTP layers) is
+offered drafts of another vocabulary, which draft across tokenizers (their text re-tokenised,
+`specllama.engine.cross_drafter`): byte-level BPE on both sides (a SentencePiece tokenizer does
+not give back the text it reads; `compat.pairing` checks that when the models load), at least
+CROSS_MIN_SIZE_RATIO times smaller (their text costs time too, and they are accepted less),
+the CROSS_DRAFTS_PER_TARGET cheapest. They rank after the drafts of a target's own vocabulary
+until `--measure` measured them, and `--draft auto` takes one only once measured to pay.
+
 A draft head in its own file (EAGLE-3, DFlash) drafts for a target from the target's own rows:
 it is paired with each model whose vocabulary `run` accepts and whose rows are as wide as those
 it reads (`head_problem`; the loader checks the rest, such as the layers it names), whatever
@@ -41,6 +49,9 @@ from specllama.models.local import LocalModel, LocalScan
 from specllama.models.local_files import Problem
 
 MIN_SIZE_RATIO = 2.0
+CROSS_MIN_SIZE_RATIO = 4.0
+CROSS_DRAFTS_PER_TARGET = 2
+BYTE_LEVEL_BPE = 2  # llama.cpp's LLAMA_VOCAB_TYPE_BPE: gives back the text it reads
 _FIT_RANK = {FIT_GPU: 0, FIT_SPLIT: 1, FIT_CPU: 2}
 
 MTP, NGRAM = "mtp", "ngram"  # the target's own drafters, with no file of their own
@@ -59,6 +70,7 @@ class LocalPair:
     fit: Fit
     same_family: bool
     speedup: float | None = None  # measured on this machine (expected, from the probe)
+    across_tokenizers: bool = False  # another vocabulary: the draft's text is re-tokenised
 
     @property
     def drafter(self) -> str:
@@ -158,7 +170,41 @@ def propose_pairs(
         for target in models:
             if head_problem(head, target, detailed) is None:
                 pairs.append(_pair(target, head, machine, offload, measured))
+    drafted = {p.target.path for p in pairs if p is not None}
+    for target in models:
+        if target.path not in drafted and not target.has_mtp:
+            pairs += cross_pairs(target, models, machine, offload, detailed, measured)
     return rank([p for p in pairs if p is not None])
+
+
+def cross_pairs(
+    target: LocalModel,
+    candidates: list[LocalModel],
+    machine: Machine,
+    offload: bool,
+    detailed: Detailed,
+    measured: Measured | None = None,
+) -> list[LocalPair]:
+    """The drafts of another vocabulary among `candidates` that could draft across tokenizers
+    for `target` (the module docstring), the cheapest first."""
+    if not _gives_text_back(target):
+        return []
+    found = []
+    for draft in candidates:
+        if draft.head_kind or not _gives_text_back(draft):
+            continue
+        if draft.size * CROSS_MIN_SIZE_RATIO > target.size:
+            continue
+        if difference(draft, target, detailed) is None:  # the same vocabulary: not across
+            continue
+        if (pair := _pair(target, draft, machine, offload, measured)) is not None:
+            found.append(replace(pair, across_tokenizers=True))
+    return sorted(found, key=lambda p: p.cost_ratio)[:CROSS_DRAFTS_PER_TARGET]
+
+
+def _gives_text_back(model: LocalModel) -> bool:
+    """Byte-level BPE, by its header: a tokenizer that reads text back as it was."""
+    return model.header.vocab is not None and model.header.vocab.vocab_type == BYTE_LEVEL_BPE
 
 
 def head_problem(head: LocalModel, target: LocalModel, detailed: Detailed) -> str | None:
@@ -244,6 +290,9 @@ def draft_choices(
     if mtp_runs:
         choices.append(DraftChoice(MTP, speedup=look(target, MTP)))
     choices += [DraftChoice(p.drafter, p, p.speedup) for p in models]
+    if not any(heads) and not models and not mtp_runs:  # across tokenizers, measured to pay
+        crossed = cross_pairs(target, found.models, machine, offload, detailed, measured)
+        choices += [DraftChoice("model", p, p.speedup) for p in crossed if (p.speedup or 0) > 1]
     if (ngram := look(target, NGRAM)) is not None:  # never chosen by the rule of thumb
         choices.append(DraftChoice(NGRAM, speedup=ngram))
     choices = [c for c in choices if c.speedup != CANNOT_RUN]
@@ -269,7 +318,8 @@ def rank(pairs: list[LocalPair]) -> list[LocalPair]:
         if pair.speedup is not None:
             return (0, -pair.speedup)
         fit = _FIT_RANK.get(pair.fit.verdict, 3)
-        return (1, fit, not pair.same_family, pair.cost_ratio, pair.target.ref)
+        across = pair.across_tokenizers
+        return (1, across, fit, not pair.same_family, pair.cost_ratio, pair.target.ref)
 
     return sorted(pairs, key=key)
 

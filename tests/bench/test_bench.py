@@ -488,6 +488,33 @@ def test_bench_target_only_without_a_draft_model(smol_q4, prompt_file, tmp_path,
 
 
 @pytest.mark.slow
+def test_bench_takes_a_draft_of_another_vocabulary(
+    smol_f32, smol_q4_bad_vocab, prompt_file, tmp_path, monkeypatch, validate
+):
+    """A draft whose vocabulary differs drafts across tokenizers, beside the target alone:
+    every run writes the target alone's text, and the report says how the draft drafts."""
+    monkeypatch.setenv("SPECLLAMA_CACHE", str(tmp_path / "cache"))
+    out, page = tmp_path / "bench.json", tmp_path / "bench.html"
+    result = CliRunner().invoke(
+        app,
+        ["bench", "--target", str(smol_f32), "--draft", str(smol_q4_bad_vocab), "--prompts",
+         str(prompt_file), "--full", "--fixed", "--configs", "target,model:3", "-n", "12",
+         "--repeats", "1", "--no-warmup", "--threads", "1", "--json", str(out),
+         "--report", str(page)],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "drafting across tokenizers" in " ".join(result.stderr.split())
+    report = json.loads(out.read_text())
+    assert validate(report, summary.bench_schema()) == []
+    assert report["models"]["draft"]["across_tokenizers"] is True
+    runs = [r for r in report["runs"] if r["config"] == "model:3"]
+    assert len(runs) == 2 and all(r["equals_target"] for r in report["runs"])
+    assert sum(r["n_accepted"] for r in runs) > 0
+    assert "(across tokenizers" in " ".join(result.stdout.split())
+    assert "across tokenizers (its text re-tokenised)" in page.read_text()
+
+
+@pytest.mark.slow
 def test_bench_with_the_targets_own_head(qwen35_mtp, prompt_file, tmp_path, monkeypatch):
     """A target with MTP layers: bench compares its own head's drafts, identical answers."""
     monkeypatch.setenv("SPECLLAMA_CACHE", str(tmp_path / "cache"))

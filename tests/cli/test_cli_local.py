@@ -356,3 +356,56 @@ def test_draft_auto_weighs_the_targets_own_mtp_head_by_what_was_measured(
     assert ran["drafter"] == best
     table = " ".join(invoke("models", "--local").stdout.split())
     assert f"yes (1 layer), {measured['mtp']:.2f}x" in table
+
+
+@pytest.fixture
+def no_sibling_machine(bare_machine, tmp_path, smol_f32, smol_q4_bad_vocab, spm_vocab_tiny):
+    """A target with no draft of its own vocabulary here: a small byte-level BPE model of
+    another vocabulary (the Q4_1 weights, one token's text changed), and a SentencePiece one."""
+    folder = tmp_path / "no-sibling"
+    place(smol_f32, folder / "target.gguf")
+    place(smol_q4_bad_vocab, folder / "other-vocab.gguf")
+    place(spm_vocab_tiny, folder / "sentencepiece.gguf")
+    return folder
+
+
+def test_a_draft_of_another_vocabulary_is_proposed_across_tokenizers(no_sibling_machine, smol_q4):
+    folder = no_sibling_machine
+    pairs = local_json("--dir", folder)["pairs"]
+    assert [(Path(p["target"]).name, Path(p["draft"]).name) for p in pairs] == [
+        ("target.gguf", "other-vocab.gguf")  # the SentencePiece one cannot give its text back
+    ]
+    assert pairs[0]["across_tokenizers"] is True and pairs[0]["drafter"] == "model"
+    shown = invoke("models", "--local", "--dir", folder)
+    assert shown.exit_code == 0, shown.output
+    assert "other-vocab.gguf (across tokenizers)" in shown.stdout
+    # A draft of the target's own vocabulary arrives: it drafts, and none across tokenizers.
+    place(smol_q4, folder / "same-vocab.gguf")
+    pairs = local_json("--dir", folder)["pairs"]
+    assert [(Path(p["draft"]).name, p["across_tokenizers"]) for p in pairs] == [
+        ("same-vocab.gguf", False)
+    ]
+
+
+def test_draft_auto_takes_a_draft_across_tokenizers_only_once_measured_to_pay(no_sibling_machine):
+    from specllama.bench import pair_probe
+    from specllama.cli.local_cmd import probe_settings
+
+    folder = no_sibling_machine
+    target, draft = folder / "target.gguf", folder / "other-vocab.gguf"
+    assert invoke("models", "--local", "--add-dir", folder).exit_code == 0  # where run looks
+    args = ["run", QUESTION, "-n", "12", "--json", "--fixed", "--target", target]
+    unmeasured = invoke(*args, "--draft", "auto")
+    one_error_line(unmeasured, 1, "has a vocabulary compatible with")
+    paying = pair_probe.Measurement(1.3, 3, 0.8, 20.0, 0.2)
+    pair_probe.save(target, draft, probe_settings(), paying)
+    chosen = invoke(*args, "--draft", "auto")
+    assert chosen.exit_code == 0, chosen.output
+    said = " ".join(chosen.stderr.split())
+    assert f"--draft auto: {draft} (across tokenizers, " in said and "measured 1.30x" in said
+    alone = invoke(*args, "--drafter", "none")
+    assert json.loads(chosen.stdout)["text"] == json.loads(alone.stdout)["text"]
+    assert json.loads(chosen.stdout)["n_drafted"] > 0
+
+
+QUESTION = "Write a Python function that calls print() twice."
