@@ -43,7 +43,9 @@ PACKAGES = {  # npm package -> the version its test was written against
 CTX = 32768
 TASK = "Create a file named hello.txt containing exactly the word: hi"
 MODEL = "local-coder"  # what the agents are told the model is called
-RUN_S = 540  # one agent's whole run; each answers one to three requests of 6-12K tokens
+# One agent's whole run, within which its first turn must be answered without a retry: each
+# sends one to three requests of 6-12K tokens (minutes of prefill on 2 cores).
+RUN_S = 540
 
 
 def agent(name: str) -> Path:
@@ -105,12 +107,13 @@ def run_agent(server: Server, command: list[str], repo: Path, env: dict[str, str
 
 
 def assert_answered(said: str, served: str, api: str, repo: Path) -> None:
-    """Each request was answered through the agent's API, nothing was refused or failed, and
-    a file the model wrote says what was asked."""
+    """Each request was answered through the agent's API, nothing was refused, failed or
+    cancelled (an agent that gives up on a long prefill and retries leaves a cancelled request:
+    issue 52), and a file the model wrote says what was asked."""
     context = f"agent:\n{said}\nserver:\n{served}"
     answered = re.findall(rf"^{api}: \d+ tokens in .* finish (\w+)$", served, re.MULTILINE)
     assert answered and all(f in ("stop", "stop_string", "length") for f in answered), context
-    assert not re.search(r"refused|failed|error|: 4\d\d$", served, re.MULTILINE), context
+    assert not re.search(r"refused|failed|error|cancelled|: 4\d\d$", served, re.MULTILINE), context
     made = repo / "hello.txt"
     if made.exists():
         assert made.read_text().strip() == "hi", context
