@@ -6,7 +6,16 @@ from __future__ import annotations
 import json
 import random
 
-from specllama.json_text import elements, member_at, members, settled_end, string_at, value_end
+from specllama.json_text import (
+    Growing,
+    elements,
+    find,
+    member_at,
+    members,
+    settled_end,
+    string_at,
+    value_end,
+)
 
 VALUE = {"path": 'a "b" \\ c', "n": [1, -2.5e3, True, None], "deep": {"x": "}]"}, "e": ""}
 
@@ -52,3 +61,35 @@ def test_a_number_at_the_end_of_the_text_may_go_on():
     for _ in range(50):
         cut = rng.randint(0, len(text) - 1)
         assert value_end(text[:cut], 0) is None
+
+
+def test_a_growing_text_reads_as_the_same_text_read_afresh():
+    """Fed in random pieces, a growing text's readings (each resumed where the last stopped)
+    are, at every point, those of a plain copy read from scratch; `find` too."""
+    text = json.dumps({"a": [VALUE, '\\"}'], "b": {"c": "x\\\\"}}) + " <|end|> " + json.dumps(VALUE)
+    later = text.rindex("{")
+    for seed in range(5):
+        rng, grown, at = random.Random(seed), Growing(""), 0
+        while at < len(text):
+            step = rng.randint(1, 5)
+            grown, at = grown.grown(text[at : at + step]), at + step
+            plain = str(grown)
+            for start in (0, later):
+                if start < len(plain):
+                    assert settled_end(grown, start, len(plain)) == settled_end(
+                        plain, start, len(plain)
+                    )
+                    assert value_end(grown, start) == value_end(plain, start)
+                    assert members(grown, start) == members(plain, start)
+            assert find(grown, "<|end|>", 1) == plain.find("<|end|>", 1)
+            assert elements(grown, 6) == elements(plain, 6)
+
+
+def test_a_backslash_at_the_end_of_a_growing_string_waits_for_its_character():
+    grown = Growing('{"a": "x\\')
+    assert settled_end(grown, 0, len(grown)) == (len(grown), False)  # a string: all so far
+    grown = grown.grown('"')  # escaped: the string goes on
+    assert settled_end(grown, 0, len(grown)) == (len(grown), False)
+    grown = grown.grown('"}')
+    assert settled_end(grown, 0, len(grown)) == (len(grown), True)
+    assert json.loads(grown) == {"a": 'x"'}

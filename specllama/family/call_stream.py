@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from specllama.chat import ToolCall
+from specllama.json_text import Growing, Reads
 from specllama.tool_calls import Parsed, ToolFormat, new_call_id
 
 log = logging.getLogger(__name__)
@@ -110,7 +111,7 @@ class CallStream:
 
     def __init__(self, fmt: ToolFormat) -> None:
         self._fmt = fmt
-        self._text = ""
+        self._text = Growing("")  # each reading resumes the last: a feed costs its own text
         self._settled = 0  # where the next scan starts
         self._blanks = ""  # trailing whitespace of the content, held until text follows it
         self._after_call = False
@@ -120,7 +121,7 @@ class CallStream:
         self.broken = False
 
     def feed(self, text: str) -> list[Delta]:
-        self._text += text
+        self._text = self._text.grown(text)
         return self._scan(final=False)
 
     def finish(self) -> list[Delta]:
@@ -138,6 +139,8 @@ class CallStream:
 
     def _scan(self, final: bool) -> list[Delta]:
         scan = self._fmt.scan(self._text, self._settled, final)
+        if scan.end != self._settled:  # what was read of the text held before is done with
+            self._text.reads = Reads()
         self._settled = scan.end
         self.broken = self.broken or scan.broken
         deltas: list[Delta] = []

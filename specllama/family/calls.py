@@ -38,7 +38,7 @@ from specllama.family.calls_text import (
     text_without,
     typed,
 )
-from specllama.json_text import elements, members
+from specllama.json_text import Growing, elements, find, members
 from specllama.tool_calls import (
     Partial,
     Scan,
@@ -78,14 +78,15 @@ class LearntFormat(ToolFormat):
         segments: list[Segment] = []
         pos = start
         while True:
-            at = text.find(trigger, pos)
+            at = find(text, trigger, pos)
             if at == -1:
-                hold = 0 if final else held_prefix(text[pos:], trigger)
+                tail = text[max(pos, len(text) - len(trigger)) :]
+                hold = 0 if final else held_prefix(tail, trigger)
                 segments.append(Segment(text[pos : len(text) - hold]))
                 return Scan(segments, len(text) - hold)
             segments.append(Segment(text[pos:at]))
             try:
-                calls, pos = self._section(text, at, final)
+                calls, pos = self._section(text, at, final, self._seen(text, at, final))
             except (More, Bad):  # not whole yet, or broken: held, and text at the end
                 if not final:
                     return Scan(segments, at)
@@ -94,11 +95,24 @@ class LearntFormat(ToolFormat):
             segments += [Segment(call=call) for call in calls]
 
     def partial(self, text: str, start: int) -> list[Partial]:
-        """The calls of the section at `start` as far as its reading got."""
+        """The calls of the section at `start` as far as its reading got (the scan's own
+        reading of this very text, where it kept it)."""
+        kept = text.reads.kept.get(("progress", start)) if isinstance(text, Growing) else None
+        if kept is not None and kept[0] == len(text):
+            return kept[1].calls
         progress = Progress(text, self.syntax, self.markers)
         with contextlib.suppress(More, Bad):
             self._section(text, start, False, progress)
         return progress.calls
+
+    def _seen(self, text: str, at: int, final: bool) -> Seen:
+        """What the scan's reading of the section at `at` tells: kept for `partial`, which
+        asks for the same reading of a growing text that is not over."""
+        if final or not isinstance(text, Growing):
+            return UNSEEN
+        progress = Progress(text, self.syntax, self.markers)
+        text.reads.kept[("progress", at)] = (len(text), progress)
+        return progress
 
     def _section(
         self, text: str, pos: int, final: bool, seen: Seen = UNSEEN

@@ -10,6 +10,7 @@ import json
 import re
 from typing import Any
 
+from specllama.json_text import decoded, find
 from specllama.tool_calls import Special
 
 BRACKETED = re.compile(r"<[^<>]*>|\[[A-Z_]+\]")
@@ -65,7 +66,7 @@ def first_word(literal: str) -> str:
 def read_until(text: str, pos: int, stops: list[str], limit: int = 200) -> tuple[str, int]:
     """The text from `pos` up to the earliest of `stops` (by their first word), and where that
     stop begins; a stop not yet written asks for more (up to `limit` characters)."""
-    found = [text.find(w, pos) for w in {first_word(s) for s in stops} if w]
+    found = [find(text, w, pos) for w in {first_word(s) for s in stops} if w]
     found = [f for f in found if f != -1]
     if not found:
         if len(text) - pos > limit:
@@ -96,13 +97,12 @@ def read_json(text: str, pos: int, closers: list[str], final: bool) -> tuple[Any
         raise More
     if text[pos] not in "{[":
         raise Bad
-    try:
-        return json.JSONDecoder().raw_decode(text, pos)
-    except ValueError:
-        closed = any(w and w in text[pos:] for w in map(first_word, closers))
-        if final or closed:
-            raise Bad from None
-        raise More from None
+    found = decoded(text, pos)
+    if found is not None:
+        return found
+    if final or any(w and find(text, w, pos) != -1 for w in map(first_word, closers)):
+        raise Bad
+    raise More
 
 
 def typed(raw: str, schema: dict[str, Any] | None, string_marked: bool, quote: str = "") -> Any:

@@ -12,8 +12,9 @@ from collections.abc import Sequence
 
 from specllama.family.analysis import CallSyntax, analyse
 from specllama.family.calls import LearntFormat
+from specllama.family.hand_written import Hermes, Mistral, detect_format
 from specllama.family.harmony import HarmonyFormat
-from specllama.tool_calls import Hermes, Mistral, Tool, ToolFormat, detect_format
+from specllama.tool_calls import Tool, ToolFormat
 
 
 def tool_format(template: str, tools: Sequence[Tool]) -> ToolFormat:

@@ -22,7 +22,7 @@ from specllama.chat import ToolCall
 from specllama.family.call_stream import CallPieces
 from specllama.family.calls_text import lark_literal
 from specllama.family.pieces import Piece, Reading, piece_of
-from specllama.json_text import skip_blanks
+from specllama.json_text import Growing, find, skip_blanks
 from specllama.tool_calls import (
     Scan,
     Segment,
@@ -47,7 +47,7 @@ class HarmonyReader:
     def __init__(self, *, streamed: bool = True) -> None:
         self._streamed = streamed
         self._pieces = CallPieces()
-        self._buffer = ""
+        self._buffer = Growing("")  # a call's body is read on from where the last feed stopped
         self._header: str | None = ""  # None: inside a body
         self._kind = "text"  # the body's: "thinking", "text" or "call"
         self._plain = False  # the answer is not in harmony messages at all
@@ -57,7 +57,7 @@ class HarmonyReader:
         self._broken = False
 
     def feed(self, text: str) -> list[Piece]:
-        self._buffer += text
+        self._buffer = self._buffer.grown(text)
         return self._read(final=False)
 
     def finish(self) -> list[Piece]:
@@ -105,7 +105,7 @@ class HarmonyReader:
         return []
 
     def _read_body(self, final: bool) -> list[Piece]:
-        ends = [(self._buffer.find(e), e) for e in ENDS if e in self._buffer]
+        ends = [(at, e) for e in ENDS if (at := find(self._buffer, e, 0)) != -1]
         if not ends:
             if self._kind == "call" and not final:
                 start = skip_blanks(self._buffer, 0)
@@ -158,7 +158,7 @@ class HarmonyReader:
         return [Piece("text", text)]
 
     def _take(self, n: int) -> str:
-        taken, self._buffer = self._buffer[:n], self._buffer[n:]
+        taken, self._buffer = self._buffer[:n], Growing(self._buffer[n:])  # read afresh
         return taken
 
 

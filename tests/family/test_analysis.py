@@ -8,8 +8,9 @@ from chat_templates import all_templates
 
 from specllama.family.analysis import analyse
 from specllama.family.detect import tool_format
+from specllama.family.hand_written import Hermes, Llama3, Mistral
 from specllama.family.harmony import HarmonyFormat
-from specllama.tool_calls import Hermes, Llama3, Mistral, Tool
+from specllama.tool_calls import Tool
 
 CASES = {
     # name: (style, the call's first marker, what ends an argument's value)

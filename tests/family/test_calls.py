@@ -15,11 +15,12 @@ from chat_templates import NOT_READ, all_templates, template_names
 from specllama.family.call_stream import CallStream, parse_answer
 from specllama.family.calls import LearntFormat
 from specllama.family.detect import tool_format
+from specllama.family.hand_written import Llama3
 from specllama.family.harmony import HarmonyFormat
 from specllama.family.pieces import Piece
 from specllama.family.probes import written_calls
 from specllama.family.reader import AnswerReader, read_whole
-from specllama.tool_calls import Llama3, Tool, call_grammar, special_by_text
+from specllama.tool_calls import Tool, call_grammar, special_by_text
 
 WEATHER = Tool(
     "get_weather",
@@ -258,7 +259,7 @@ def test_the_forced_grammar_accepts_what_the_template_writes(name):
         pytest.xfail(NOT_READ[name])
     fmt = tool_format(all_templates()[name], TOOLS)
     if not isinstance(fmt, LearntFormat | HarmonyFormat):
-        pytest.skip("a hand-written format, tested in tests/test_tool_calls.py")
+        pytest.skip("a hand-written format, tested in tests/family/test_hand_written.py")
     text = written(name, ONE)
     if "get_weather" not in text:
         pytest.skip("the template writes no calls")

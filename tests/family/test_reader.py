@@ -9,10 +9,11 @@ import pytest
 from chat_templates import NOT_READ, all_templates, template_names
 
 from specllama.family.detect import tool_format
+from specllama.family.hand_written import Hermes
 from specllama.family.probes import written_calls
 from specllama.family.reader import AnswerReader, read_whole
 from specllama.family.thinking import KNOWN, ThinkingSplit, template_thinking
-from specllama.tool_calls import Hermes, Tool
+from specllama.tool_calls import Tool
 
 CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
 THOUGHT = 'Maybe <tool_call>\n{"name": "get_weather", "arguments": {"city": "Rome"}}\n</tool_call>'

@@ -12,13 +12,14 @@ import json
 import pytest
 
 from specllama.engine.stats import GenerationStats
+from specllama.family.hand_written import Hermes
 from specllama.family.reader import AnswerReader
 from specllama.server.anthropic import MessageAnswer, parse_messages
 from specllama.server.driver import Done, Text
 from specllama.server.openai_chat import ChatAnswer, parse_chat
 from specllama.server.openai_responses import ResponseAnswer, parse_responses
 from specllama.server.wire import Served
-from specllama.tool_calls import Hermes, Tool
+from specllama.tool_calls import Tool
 
 ARGUMENTS = '{"city": "Paris", "note": "a long enough text, written token by token"}'
 ANSWER = f'I will look.\n<tool_call>\n{{"name": "get_weather", "arguments": {ARGUMENTS}}}\n'

@@ -12,12 +12,13 @@ import pytest
 
 from specllama.chat import Message
 from specllama.engine.constraint import ConstraintSpec
+from specllama.family.hand_written import Hermes, Llama3
 from specllama.server.anthropic import parse_messages
 from specllama.server.fields import MAX_DEPTH, ApiError, parse_json
 from specllama.server.openai_chat import parse_chat
 from specllama.server.openai_responses import parse_responses
 from specllama.server.strict_calls import lazy_call_grammar
-from specllama.tool_calls import Hermes, Llama3, Tool, special_by_text
+from specllama.tool_calls import Tool, special_by_text
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 

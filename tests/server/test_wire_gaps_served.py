@@ -16,11 +16,12 @@ import pytest
 from serving import KEY, Server, serve, smollm2_f32_tools
 
 from specllama.engine.constraint import ConstraintSpec, compile_constraint
+from specllama.family.hand_written import Hermes
 from specllama.llama.backend import LlamaBackend
 from specllama.llama.grammar import tokenizer_for
 from specllama.server.fields import MAX_DEPTH
 from specllama.server.strict_calls import lazy_call_grammar
-from specllama.tool_calls import Hermes, Tool
+from specllama.tool_calls import Tool
 
 pytestmark = pytest.mark.slow
 
