@@ -58,7 +58,9 @@ def main() -> None:
         LlamaBackend(args.draft, n_ctx=2048, n_threads=args.threads) as draft,
     ):
         for item in prompts:
-            text = render_chat(target.chat_template, [Message("user", item["prompt"])])
+            turns = item.get("messages") or [{"role": "user", "content": item["prompt"]}]
+            messages = [Message(turn["role"], turn["content"]) for turn in turns]
+            text = render_chat(target.chat_template, messages)
             prompt = target.tokenize(text, add_bos=False)
             alone, _ = tokens_of(target, NoDrafter(), prompt, args.n, args.k)
             crossed, stats = tokens_of(

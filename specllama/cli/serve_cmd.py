@@ -171,7 +171,8 @@ def serve(
 ) -> None:
     """An OpenAI-compatible HTTP server (chat and text completions) over the pair, with a chat
     page at its address that shows what speculation does."""
-    from specllama.server import app as server
+    from specllama.server import running as server
+    from specllama.server.app import Settings
 
     defaults = SamplingParams(temperature, top_k, top_p, min_p)
     mode, budget = reasoning_choice(reasoning, reasoning_budget)
@@ -198,7 +199,7 @@ def serve(
     # LM Studio model under its name there: its file name is a digest or a quantisation).
     model_id = served_name(target, config.target) if target else load_catalog().pair(pair).name
     origins = tuple(check_origin(origin) for origin in cors or ())
-    settings = server.Settings(
+    settings = Settings(
         model_id,
         api_key,
         queue,

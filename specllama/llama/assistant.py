@@ -32,10 +32,11 @@ from pathlib import Path
 import numpy as np
 
 from specllama.errors import ModelLoadError, SpecllamaError, UsageError
-from specllama.llama.backend import LlamaBackend, fill_batch
+from specllama.llama.backend import LlamaBackend
 from specllama.llama.head_file import model_meta
 from specllama.llama.library import load_llama
 from specllama.llama.mtp import HiddenRows, mtp_support
+from specllama.llama.structs import fill_batch
 
 ARCHITECTURE = "gemma4-assistant"
 TARGET_ARCHITECTURE = "gemma4"

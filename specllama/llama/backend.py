@@ -2,7 +2,9 @@
 
 Everything above `specllama.llama` sees token ids and numpy arrays. The library itself (loaded
 once, what the build can do, RPC devices) is `specllama.llama.library`; the record of what a
-context has evaluated, `EvaluatedTokens`, is `specllama.llama.evaluated`.
+context has evaluated, `EvaluatedTokens`, is `specllama.llama.evaluated`; the abort flag that
+stops a decode under way, `specllama.llama.abort`; copying a sequence's state out and back in,
+`specllama.llama.states`; filling a llama_batch, `specllama.llama.structs`.
 
 `self.tokens` is exactly what the context has evaluated (sequence 0, positions 0..n_past-1).
 `decode` appends, `rollback` truncates, `sync` brings the context to any token sequence by
@@ -15,84 +17,26 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import time
-from collections.abc import Callable, Container, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 import psutil
 
 from specllama.errors import ContextOverflowError, ModelLoadError
-from specllama.llama import amx, rpc
+from specllama.llama import amx, rpc, states
 from specllama.llama import exact as exact_mode
-from specllama.llama.evaluated import (
-    DecodeInterrupted,
-    EvaluatedTokens,
-    Part,
-    SavedState,
-)
+from specllama.llama.abort import ABORTED, raise_abort_flag, watch_abort_flag
+from specllama.llama.evaluated import DecodeInterrupted, EvaluatedTokens, Part, SavedState
 from specllama.llama.gguf_info import read_header
 from specllama.llama.library import build_facts, load_llama, rpc_devices
+from specllama.llama.structs import fill_batch, has_field
 from specllama.llama.vocab import VocabInfo
 
 _GGUF_MAGIC = b"GGUF"
 # Snapshots of a recurrent state kept for rollback: a verify batch of a hybrid target may
 # drop this many rejected drafts, so drafts for such a target are at most this long.
 DEFAULT_ROLLBACK_DEPTH = 16
-
-
-def _has_field(struct: ctypes.Structure, name: str) -> bool:
-    """Whether this llama-cpp-python's ctypes structure has `name` (fields come and go)."""
-    return any(field[0] == name for field in type(struct)._fields_)
-
-
-def fill_batch(
-    batch,
-    tokens: Sequence[int],
-    first_pos: int,
-    logits_at: Container[int],
-    *,
-    seq: int = 0,
-    offset: int = 0,
-) -> None:
-    """Put `tokens` in a llama_batch from index `offset` on, at positions from `first_pos` of
-    sequence `seq`, with logits wanted at the indices in `logits_at` (indices into `tokens`)."""
-    for i, token in enumerate(tokens):
-        at = offset + i
-        batch.token[at] = token
-        batch.pos[at] = first_pos + i
-        batch.n_seq_id[at] = 1
-        batch.seq_id[at][0] = seq
-        batch.logits[at] = i in logits_at
-    batch.n_tokens = offset + len(tokens)
-
-
-# llama_decode's status when its abort callback said stop.
-ABORTED = 2
-
-
-def _watch_abort_flag(llama_cpp: object, ctx: object) -> ctypes.Array | None:
-    """A flag llama.cpp reads before each node of a graph it computes on the CPU: set its first
-    byte, and the decode under way stops (`LlamaBackend.abort_decodes`).
-
-    The callback is libc's strlen on the two-byte buffer [flag, 0]: it returns exactly 0 or 1,
-    which reads as the callback's bool under any calling convention. A Python callback would
-    take the GIL at every node of every decode (hundreds per token, and a wait whenever another
-    thread runs Python); this costs nanoseconds. None where no C library is found: decodes then
-    stop between chunks only."""
-    strlen = _libc_strlen()
-    if strlen is None:
-        return None
-    flag = ctypes.create_string_buffer(2)
-    callback = llama_cpp.ggml_abort_callback(ctypes.cast(strlen, ctypes.c_void_p).value)
-    llama_cpp.llama_set_abort_callback(ctx, callback, ctypes.cast(flag, ctypes.c_void_p))
-    return flag
-
-
-def _libc_strlen() -> object | None:
-    for load in (lambda: ctypes.CDLL(None), lambda: ctypes.cdll.msvcrt):
-        with contextlib.suppress(OSError, AttributeError, TypeError):
-            return load().strlen
-    return None
 
 
 def default_threads() -> int:
@@ -178,7 +122,7 @@ class LlamaBackend(EvaluatedTokens):
         model_params = llama_cpp.llama_model_default_params()
         model_params.n_gpu_layers = n_gpu_layers
         model_params.use_extra_bufts = extra_buffers
-        if load_mtp and _has_field(model_params, "load_mtp"):
+        if load_mtp and has_field(model_params, "load_mtp"):
             model_params.load_mtp = True
         if self.workers:
             self._watchdog = rpc.Watchdog(
@@ -229,7 +173,7 @@ class LlamaBackend(EvaluatedTokens):
         if self.recurrent and n_seq > 1:  # its state cannot be cut back per sequence: one
             n_ctx, n_seq = n_ctx // n_seq, 1
             ctx_params.n_ctx, ctx_params.n_seq_max = n_ctx, 1
-        snapshots = self.recurrent and _has_field(ctx_params, "n_rs_seq")
+        snapshots = self.recurrent and has_field(ctx_params, "n_rs_seq")
         if snapshots:
             ctx_params.n_rs_seq = rollback_depth
         with self._waiting():
@@ -238,7 +182,7 @@ class LlamaBackend(EvaluatedTokens):
             llama_cpp.llama_model_free(self._model)
             raise ModelLoadError(f"llama.cpp could not create a context for {self.path}")
         self._memory = llama_cpp.llama_get_memory(self._ctx)
-        self._abort_flag = _watch_abort_flag(llama_cpp, self._ctx)
+        self._abort_flag = watch_abort_flag(llama_cpp, self._ctx)
         self.aborted = False
         # llama.cpp pads the context up (to 256); the limit the user asked for is the one we keep.
         self.n_ctx = min(n_ctx // n_seq, llama_cpp.llama_n_ctx_seq(self._ctx))
@@ -293,7 +237,7 @@ class LlamaBackend(EvaluatedTokens):
         a server that is stopping: a chunk of a long prompt can take seconds."""
         self.aborted = True
         if self._abort_flag is not None:
-            self._abort_flag[0] = b"\x01"
+            raise_abort_flag(self._abort_flag)
 
     def close(self) -> None:
         if getattr(self, "_ctx", None):
@@ -526,24 +470,16 @@ class LlamaBackend(EvaluatedTokens):
         return self.sequence_state_size(0)
 
     def sequence_state_size(self, seq: int) -> int:
-        return int(self._lib.llama_state_seq_get_size(self._ctx, seq))
+        return states.sequence_state_size(self._lib, self._ctx, seq)
 
     def save_sequence(self, seq: int, tokens: Sequence[int]) -> SavedState:
         """Sequence `seq`'s KV cache copied out, with the tokens it holds."""
-        lib = self._lib
-        size = lib.llama_state_seq_get_size(self._ctx, seq)
-        data = (ctypes.c_uint8 * size)()  # kept as is: no copy into Python objects
-        written = lib.llama_state_seq_get_data(self._ctx, data, size, seq)
-        return SavedState(tuple(tokens), data, written)
+        return states.save_sequence(self._lib, self._ctx, seq, tokens)
 
     def load_sequence(self, seq: int, saved: SavedState) -> bool:
         """Make sequence `seq` hold `saved` (False, and the sequence empty, if llama.cpp
         refuses it). Any sequence's saved state loads into any other."""
-        lib = self._lib
-        lib.llama_memory_seq_rm(self._memory, seq, 0, -1)
-        if saved.size == 0:
-            return False
-        return bool(lib.llama_state_seq_set_data(self._ctx, saved.data, saved.size, seq))
+        return states.load_sequence(self._lib, self._ctx, self._memory, seq, saved)
 
     # -- recurrent state checkpoints --------------------------------------------------------
 
@@ -552,12 +488,8 @@ class LlamaBackend(EvaluatedTokens):
         it re-evaluates only the tokens since (no-op for a model without recurrent layers)."""
         if not self.recurrent:
             return
-        lib, flags = self._lib, self._lib.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
-        size = lib.llama_state_seq_get_size_ext(self._ctx, 0, flags)
-        state = self._checkpoint[1] if self._checkpoint else None  # a draft's, every round
-        if state is None or len(state) < size:
-            state = (ctypes.c_uint8 * size)()  # kept as is: no copy into Python objects
-        written = lib.llama_state_seq_get_data_ext(self._ctx, state, size, 0, flags)
+        reuse = self._checkpoint[1] if self._checkpoint else None  # a draft's, every round
+        state, written = states.save_recurrent(self._lib, self._ctx, reuse)
         self._checkpoint = (self.n_past, state, written)
 
     def _restore_checkpoint(self, n_past: int) -> int:
@@ -566,8 +498,7 @@ class LlamaBackend(EvaluatedTokens):
         lib = self._lib
         if self._checkpoint is not None and self._checkpoint[0] <= n_past:
             at, state, size = self._checkpoint
-            flags = lib.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
-            if lib.llama_state_seq_set_data_ext(self._ctx, state, size, 0, flags):
+            if states.load_recurrent(lib, self._ctx, state, size):
                 lib.llama_memory_seq_rm(self._memory, 0, at, -1)  # the KV part
                 return at
         self._checkpoint = None

@@ -23,7 +23,6 @@ from collections.abc import Sequence
 import numpy as np
 
 from specllama.errors import SpecllamaError
-from specllama.llama.backend import fill_batch
 from specllama.llama.head_file import (
     HeadFile,
     fill_rows,
@@ -31,6 +30,7 @@ from specllama.llama.head_file import (
     model_meta,
     staging_calls,
 )
+from specllama.llama.structs import fill_batch
 
 ARCHITECTURE = "eagle3"
 _HEADS = "EAGLE-3 heads"

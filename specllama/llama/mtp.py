@@ -22,9 +22,10 @@ from functools import cache
 import numpy as np
 
 from specllama.errors import ModelLoadError, SpecllamaError, UsageError
-from specllama.llama.backend import LlamaBackend, _has_field, fill_batch
+from specllama.llama.backend import LlamaBackend
 from specllama.llama.evaluated import EvaluatedTokens
 from specllama.llama.library import load_llama
+from specllama.llama.structs import fill_batch, has_field
 
 _ROWS_KEPT_BEHIND = 64
 _EXT_FUNCTIONS = (
@@ -45,8 +46,8 @@ def mtp_support() -> str | None:
     missing = [name for name in _EXT_FUNCTIONS if not hasattr(llama_cpp_ext, name)]
     model_params = llama_cpp.llama_model_default_params()
     ctx_params = llama_cpp.llama_context_default_params()
-    missing += [f for f in ("load_mtp",) if not _has_field(model_params, f)]
-    missing += [f for f in ("ctx_type", "ctx_other") if not _has_field(ctx_params, f)]
+    missing += [f for f in ("load_mtp",) if not has_field(model_params, f)]
+    missing += [f for f in ("ctx_type", "ctx_other") if not has_field(ctx_params, f)]
     if not hasattr(llama_cpp, "LLAMA_CONTEXT_TYPE_MTP"):
         missing.append("LLAMA_CONTEXT_TYPE_MTP")
     if missing:

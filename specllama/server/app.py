@@ -10,28 +10,22 @@ Host, Origin, JSON bodies).
 
 A request is read by its API, prepared off the event loop (prepare: prompt tokens, tool-call
 syntax, output rule) and queued: the queue's slots run the generations, one each, several at
-once with --parallel (queue, slots), and their text comes back here to the API's Answer, as
-events or one body. Every error a client can cause is answered in its API's error envelope;
-anything else is a 500 with one log line, never a dead server.
+once with --parallel (queue, slots), and their text comes back to the API's Answer, as
+events or one body (answering). Every error a client can cause is answered in its API's error
+envelope; anything else is a 500 with one log line, never a dead server. Serving the app (the
+socket, the ready banner, uvicorn until Ctrl-C or SIGTERM) is `running`'s job.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import dataclasses
 import hmac
 import logging
-import os
-import signal
-import socket
-import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import uvicorn
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
@@ -41,31 +35,28 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from specllama.engine.sampling import SamplingParams
-from specllama.errors import SpecllamaError
 from specllama.family.thinking import ReasoningMode
 from specllama.server import anthropic, openai_chat, openai_responses
-from specllama.server.driver import Cancelled, Done, Failed, Text, Work
+from specllama.server.answering import SSE_HEADERS, collect, failed_stream, log_unexpected, stream
+from specllama.server.driver import Work
 from specllama.server.fields import ApiError, parse_json
 from specllama.server.guard import Guard, host_names
 from specllama.server.metrics import CONTENT_TYPE as METRICS_TYPE
 from specllama.server.metrics import now_of
 from specllama.server.page import page_routes
 from specllama.server.prepare import Preparer
-from specllama.server.prompt_cache import PromptCache, unusable
 from specllama.server.queue import GenerationQueue, Job, QueueFull
-from specllama.server.wire import Answer, Served, Wire, sse
+from specllama.server.wire import Served, Wire
 from specllama.session import Engine
 
 log = logging.getLogger("specllama.server.app")
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
 RETRY_AFTER_S = 1
-GRACEFUL_SHUTDOWN_S = 2  # then a streaming answer is cancelled, so Ctrl-C never hangs
 # Seconds of silence after which a stream says it is still working (a long prompt is being
 # evaluated): agents give up on a stream that says nothing for a while (Claude Code retried a
 # prompt of 18K tokens after ~5 minutes of one `ping`).
 KEEPALIVE_S = 5.0
-SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 FULL_CONTEXT = "context_length_exceeded"  # the code of a prompt the context cannot hold
 
 
@@ -275,9 +266,7 @@ class Api:
             if not (asked.stream and wire.fails_in_stream and exc.code == FULL_CONTEXT):
                 raise
             served = Served(self.settings.model_id, prepared.reader, len(prompt))
-            answer = wire.answer(asked, served)
-            failed = [*answer.opening(), *answer.failure(exc)]
-            events = iter([*map(sse, failed), answer.closing()])
+            events = failed_stream(wire.answer(asked, served), exc)
             return StreamingResponse(events, media_type="text/event-stream", headers=SSE_HEADERS)
         work = Work(
             prompt,
@@ -298,10 +287,9 @@ class Api:
         served = Served(self.settings.model_id, prepared.reader, len(prompt))
         answer = wire.answer(asked, served)
         if asked.stream:
-            return StreamingResponse(
-                self._stream(job, answer, wire), media_type="text/event-stream", headers=SSE_HEADERS
-            )
-        return JSONResponse(await self._collect(request, job, answer, wire))
+            events = stream(self.queue, job, answer, wire, self.settings.keepalive_s)
+            return StreamingResponse(events, media_type="text/event-stream", headers=SSE_HEADERS)
+        return JSONResponse(await collect(request, self.queue, job, answer, wire))
 
     def _busy(self) -> ApiError:
         return ApiError(
@@ -313,65 +301,6 @@ class Api:
             headers={"Retry-After": str(RETRY_AFTER_S)},
         )
 
-    async def _stream(self, job: Job, answer: Answer, wire: Wire) -> AsyncIterator[str]:
-        # On a client disconnect Starlette cancels this generator at its await: `finally`
-        # then cancels the job, which stops at the next round or prompt chunk.
-        try:
-            for event in answer.opening():
-                yield sse(event)
-            async for output in job.outputs(every=self.settings.keepalive_s):
-                if output is None:  # nothing for a while: the prompt is long
-                    yield answer.keepalive()
-                    continue
-                if isinstance(output, Text):
-                    events = answer.text(output)
-                elif isinstance(output, Done):
-                    self._report(wire, output)
-                    events = answer.final(output)
-                else:  # headers are sent: the error goes in the stream
-                    events = answer.failure(_failure(output))
-                for event in events:
-                    yield sse(event)
-            yield answer.closing()
-        finally:
-            self.queue.cancel(job)
-
-    async def _collect(
-        self, request: Request, job: Job, answer: Answer, wire: Wire
-    ) -> dict[str, object]:
-        watcher = asyncio.create_task(_on_disconnect(request, lambda: self.queue.cancel(job)))
-        try:
-            pieces: list[str] = []
-            async for output in job.outputs():
-                if isinstance(output, Text):
-                    pieces.append(output.text)
-                elif isinstance(output, Done):
-                    self._report(wire, output)
-                    return answer.whole("".join(pieces), output)
-                else:
-                    raise _failure(output)
-            raise AssertionError("a job always ends with Done or Failed")
-        finally:
-            watcher.cancel()
-            self.queue.cancel(job)
-
-    def _report(self, wire: Wire, done: Done) -> None:
-        s = done.stats
-        accepted = f", accepted {s.acceptance_rate:.0%} of {s.n_drafted}" if s.n_drafted else ""
-        log.info(
-            "%s: %d tokens in %.2f s (%.1f tok/s), drafter %s%s, prompt %d tokens (%d cached), "
-            "finish %s",
-            wire.name,
-            s.n_generated,
-            s.time_s,
-            s.tokens_per_s,
-            s.drafter,
-            accepted,
-            s.n_prompt,
-            done.n_prompt_reused,
-            s.finish_reason,
-        )
-
 
 def _file_facts(path: Path) -> dict[str, object]:
     return {"file": path.name, "bytes": path.stat().st_size}
@@ -380,19 +309,6 @@ def _file_facts(path: Path) -> dict[str, object]:
 def _same(given: str, expected: str) -> bool:
     # Starlette decodes header bytes as latin-1: encoding back gives the bytes as sent.
     return hmac.compare_digest(given.encode("latin-1"), expected.encode())
-
-
-def _failure(output: Failed) -> ApiError:
-    """A generation that failed: the server's fault, not the request's."""
-    if isinstance(output.error, Cancelled):  # nobody is listening, or the server stops
-        return ApiError(503, "The generation was cancelled.", code="cancelled")
-    _log_unexpected("the generation failed", output.error)
-    return ApiError(500, f"The generation failed: {output.error}", code="generation_failed")
-
-
-def _log_unexpected(what: str, exc: BaseException) -> None:
-    debug = os.environ.get("SPECLLAMA_DEBUG") == "1"
-    log.error("%s: %s: %s", what, type(exc).__name__, exc, exc_info=exc if debug else None)
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
@@ -410,13 +326,6 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return bytes(body)
 
 
-async def _on_disconnect(request: Request, then: Callable[[], None]) -> None:
-    """Call `then` when the client closes the connection (the body has been read already)."""
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
-    then()
-
-
 def _errors_as_json(
     handler: Handler, envelope: Callable[[ApiError], dict[str, Any]] = ApiError.body
 ) -> Handler:
@@ -428,7 +337,7 @@ def _errors_as_json(
         except ApiError as exc:
             return JSONResponse(envelope(exc), status_code=exc.status, headers=exc.headers)
         except Exception as exc:
-            _log_unexpected(f"{request.method} {request.url.path}", exc)
+            log_unexpected(f"{request.method} {request.url.path}", exc)
             error = ApiError(500, f"Internal server error: {type(exc).__name__}")
             return JSONResponse(envelope(error), status_code=500)
 
@@ -451,139 +360,3 @@ def create_app(engine: Engine, queue: GenerationQueue, settings: Settings) -> St
     return Starlette(
         routes=api.routes(), middleware=[guard], exception_handlers={HTTPException: _http_error}
     )
-
-
-# -- running it ---------------------------------------------------------------------------------
-
-
-def bind(host: str, port: int) -> socket.socket:
-    """A socket bound to host:port, before the models load, so a taken port fails fast.
-    It listens only once the server is ready: until then clients are refused, not kept
-    waiting."""
-    try:
-        family, kind, proto, _, address = socket.getaddrinfo(
-            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-        )[0]
-        sock = socket.socket(family, kind, proto)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(address)
-    except OSError as exc:
-        raise SpecllamaError(
-            f"cannot listen on {host}:{port}: {exc.strerror or exc}",
-            hint="choose another --port (0 picks a free one), or stop what uses this one",
-        ) from None
-    return sock
-
-
-def url_of(sock: socket.socket) -> str:
-    host, port = sock.getsockname()[:2]
-    return f"http://{f'[{host}]' if ':' in host else host}:{port}"
-
-
-def startup_facts(engine: Engine, settings: Settings) -> list[str]:
-    """What the ready banner says under the URL."""
-    config = engine.config
-    drafter = f"drafter {engine.drafter.name}"
-    if config.draft is not None:
-        drafter = f"draft {config.draft.name} ({engine.drafter.name})"
-    mode = "adaptive" if config.adaptive else f"fixed draft-max {engine.draft_max}"
-    key = " · API key required" if settings.api_key else ""
-    workers = ""
-    if config.rpc:
-        workers = f" (layers on RPC workers {', '.join(config.rpc)})"
-    return [
-        f"model {settings.model_id!r}: target {config.target.name}{workers} · {drafter} · {mode}",
-        f"ctx {engine.target.n_ctx}{_slots_fact(engine.n_seq)}, "
-        f"{settings.max_waiting} may wait"
-        f" · temperature {settings.defaults.temperature:g} when a request sets none{key}",
-        _cache_fact(engine, settings.cache_bytes),
-        *([EXACT_FACT] if config.exact else []),
-        "Ctrl-C stops the server",
-    ]
-
-
-EXACT_FACT = (
-    "exact (--exact): a verified token gets the logits it gets alone, so every answer is the "
-    "target alone's"
-)
-
-
-def _slots_fact(n_slots: int) -> str:
-    if n_slots == 1:
-        return " · one generation at a time (--parallel 1)"
-    return f" per slot · {n_slots} generations at once (--parallel {n_slots})"
-
-
-def _cache_fact(engine: Engine, limit_bytes: int) -> str:
-    if limit_bytes <= 0:
-        return "prompt cache off (--cache-ram 0)"
-    if why := unusable(engine):
-        return f"prompt cache off: {why}"
-    return f"prompt cache in RAM: up to {limit_bytes // 2**20} MB of earlier prompts (--cache-ram)"
-
-
-class _Terminated(Exception):
-    """SIGTERM, as uvicorn raises it again once it has stopped."""
-
-
-@contextlib.contextmanager
-def _sigterm_raises() -> Iterator[None]:
-    """SIGTERM raises _Terminated meanwhile (as Ctrl-C raises KeyboardInterrupt), so that the
-    server stops as on Ctrl-C: the slots finish, the memory is saved, exit status 0."""
-    if threading.current_thread() is not threading.main_thread():
-        yield  # signals are the main thread's
-        return
-
-    def terminated(signum: int, frame: object) -> None:
-        raise _Terminated
-
-    previous = signal.signal(signal.SIGTERM, terminated)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-class _Server(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config, queue: GenerationQueue) -> None:
-        super().__init__(config)
-        self.queue = queue
-
-    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-        # Cancelled jobs end their responses by themselves, well within the graceful period,
-        # instead of uvicorn cancelling the tasks that stream them; the decode under way is
-        # aborted, so that a long prompt's chunk does not hold the process.
-        self.queue.stop()
-        await super().shutdown(sockets)
-
-
-def run(
-    engine: Engine,
-    settings: Settings,
-    sock: socket.socket,
-    *,
-    prepare: Callable[[], None] | None = None,
-    on_ready: Callable[[], None] | None = None,
-) -> None:
-    """Serve until Ctrl-C or SIGTERM. `prepare` runs first on the generation thread (see
-    GenerationQueue), then `on_ready`. On Ctrl-C or SIGTERM the running generations stop at
-    their next event, and their responses end with an error chunk (streamed) or a 503."""
-    cache = PromptCache(engine, settings.cache_bytes)
-    queue = GenerationQueue(engine, max_waiting=settings.max_waiting, prepare=prepare, cache=cache)
-    app = create_app(engine, queue, settings)
-    config = uvicorn.Config(
-        app,
-        log_level="warning",
-        access_log=False,
-        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
-    )
-    sock.listen()  # connections made from here on wait for uvicorn: a browser may be opened
-    if on_ready is not None:
-        on_ready()
-    try:
-        with _sigterm_raises():
-            _Server(config, queue).run(sockets=[sock])
-    except (KeyboardInterrupt, _Terminated):
-        pass  # uvicorn raises the signal it handled again once it has stopped: done
-    finally:
-        queue.close()  # before the caller frees the models
