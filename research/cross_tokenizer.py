@@ -4,6 +4,7 @@ default, per category of the held-out prompts.
 
     python research/cross_tokenizer.py                      # every held-out prompt, 2 repeats
     python research/cross_tokenizer.py --limit 2 --repeats 1 -n 32   # a smoke run
+    python research/cross_tokenizer.py --per-category 1              # one prompt a category
 
 Target: Qwen2.5-Coder-1.5B-Instruct Q4_K_M. Configurations, each as `specllama run` would run it
 (greedy, a fresh controller and an empty memory each run, so nothing is drafted from an earlier
@@ -136,6 +137,7 @@ def main() -> None:
     parser.add_argument("-n", "--max-tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--limit", type=int, default=None, help="the first N prompts only")
+    parser.add_argument("--per-category", type=int, help="the first N prompts of each category")
     parser.add_argument("-k", type=int, default=4, help="the fixed draft length")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--ctx", type=int, default=4096)
@@ -153,6 +155,14 @@ def main() -> None:
     if (load := os.getloadavg()[0]) > 0.5:
         print(f"warning: load average {load:.1f}: other programs are running", file=sys.stderr)
     prompts = load_prompts(PROMPTS)[: args.limit]
+    if args.per_category:
+        seen: dict[str, int] = defaultdict(int)
+        kept = []
+        for prompt in prompts:
+            seen[prompt.category] += 1
+            if seen[prompt.category] <= args.per_category:
+                kept.append(prompt)
+        prompts = kept
     configs = configurations(args.k)
     auto = auto_choice()
     started = time.perf_counter()
