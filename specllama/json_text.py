@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from json.decoder import scanstring
 from typing import Any
 
-# A string's inside, up to its closing quote or a backslash at the very end (possessive: a long
-# string is read fast); what JSON may hold outside its strings and brackets: blanks,
-# separators, numbers, literals.
-_STRING_BODY = re.compile(r'(?:[^"\\]++|\\.)*+', re.S)
+# A string's inside, up to its closing quote or a backslash at the very end (the unrolled loop:
+# a long string is read without backtracking, and Python 3.10 has no possessive quantifiers);
+# what JSON may hold outside its strings and brackets: blanks, separators, numbers, literals.
+_STRING_BODY = re.compile(r'[^"\\]*(?:\\.[^"\\]*)*', re.S)
 _PLAIN = re.compile(r"[ \t\r\n,:0-9.eE+\-truflasn]+")
 _BLANKS = re.compile(r"[ \t\r\n]*")
 _DECODER = json.JSONDecoder()
