@@ -122,6 +122,28 @@ def _lark_string(text: str) -> str:
     return json.dumps(text)
 
 
+def _json_call_rules(
+    tools: Sequence[Tool],
+    calls: str,
+    key: str,
+    *,
+    lines: bool = False,
+    around: tuple[str, str] | None = None,
+) -> list[str]:
+    """Lark rules for calls written as `{"name": NAME, KEY: ARGUMENTS}`, one alternative per
+    tool, strung together by the rule `calls`; with `lines`, each object on a line of its own,
+    and `around`: the rules for the markers that open and close each call."""
+    rules = [calls, "call: " + " | ".join(f"call_{i}" for i in range(len(tools)))]
+    newline = "\n" if lines else ""
+    opening, closing = (f"{around[0]} ", f" {around[1]}") if around else ("", "")
+    for i, tool in enumerate(tools):
+        head = _lark_string(f'{newline}{{"name": {json.dumps(tool.name)}, {json.dumps(key)}: ')
+        tail = _lark_string("}" + newline)
+        rules.append(f"call_{i}: {opening}{head} args_{i} {tail}{closing}")
+        rules.append(f"args_{i}: {arguments_rule(tool)}")
+    return rules
+
+
 class Hermes(ToolFormat):
     """Calls in `<tool_call>` tags; also, as llama-server reads this format, a bare JSON call
     (`{"name": ..., "arguments": ...}`, or in a ```json fence), which small models write instead.
@@ -215,15 +237,10 @@ class Hermes(ToolFormat):
         def tag(marker: str) -> str:
             return special[marker] if marker in special else _lark_string(marker)
 
-        rules = [
-            'calls: call ("\\n" call)*' if parallel else "calls: call",
-            "call: " + " | ".join(f"call_{i}" for i in range(len(tools))),
-        ]
-        for i, tool in enumerate(tools):
-            head = _lark_string(f'\n{{"name": {json.dumps(tool.name)}, "arguments": ')
-            rules.append(f'call_{i}: {tag(self.OPEN)} {head} args_{i} "}}\\n" {tag(self.CLOSE)}')
-            rules.append(f"args_{i}: {arguments_rule(tool)}")
-        return rules
+        calls = 'calls: call ("\\n" call)*' if parallel else "calls: call"
+        return _json_call_rules(
+            tools, calls, "arguments", lines=True, around=(tag(self.OPEN), tag(self.CLOSE))
+        )
 
 
 class Llama3(ToolFormat):
@@ -270,15 +287,8 @@ class Llama3(ToolFormat):
         return found
 
     def rules(self, tools: Sequence[Tool], *, parallel: bool, special: Special) -> list[str]:
-        rules = [
-            'calls: call ("; " call)*' if parallel else "calls: call",
-            "call: " + " | ".join(f"call_{i}" for i in range(len(tools))),
-        ]
-        for i, tool in enumerate(tools):
-            head = _lark_string(f'{{"name": {json.dumps(tool.name)}, "parameters": ')
-            rules.append(f'call_{i}: {head} args_{i} "}}"')
-            rules.append(f"args_{i}: {arguments_rule(tool)}")
-        return rules
+        calls = 'calls: call ("; " call)*' if parallel else "calls: call"
+        return _json_call_rules(tools, calls, "parameters")
 
 
 _PARAMETERS = (("parameters",), ("arguments",))  # Llama 3 writes `parameters`
@@ -350,15 +360,8 @@ class Mistral(ToolFormat):
         return found
 
     def rules(self, tools: Sequence[Tool], *, parallel: bool, special: Special) -> list[str]:
-        rules = [
-            'calls: "[" call (", " call)* "]"' if parallel else 'calls: "[" call "]"',
-            "call: " + " | ".join(f"call_{i}" for i in range(len(tools))),
-        ]
-        for i, tool in enumerate(tools):
-            head = _lark_string(f'{{"name": {json.dumps(tool.name)}, "arguments": ')
-            rules.append(f'call_{i}: {head} args_{i} "}}"')
-            rules.append(f"args_{i}: {arguments_rule(tool)}")
-        return rules
+        calls = 'calls: "[" call (", " call)* "]"' if parallel else 'calls: "[" call "]"'
+        return _json_call_rules(tools, calls, "arguments")
 
 
 def _mistral_calls(body: str) -> list[ToolCall] | None:
