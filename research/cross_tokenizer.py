@@ -5,6 +5,7 @@ default, per category of the held-out prompts.
     python research/cross_tokenizer.py                      # every held-out prompt, 2 repeats
     python research/cross_tokenizer.py --limit 2 --repeats 1 -n 32   # a smoke run
     python research/cross_tokenizer.py --per-category 1              # one prompt a category
+    python research/cross_tokenizer.py --configs ngram,cross         # the target alone and those
 
 Target: Qwen2.5-Coder-1.5B-Instruct Q4_K_M. Configurations, each as `specllama run` would run it
 (greedy, a fresh controller and an empty memory each run, so nothing is drafted from an earlier
@@ -19,6 +20,8 @@ run's answer):
 - `cross:K`: SmolLM2-135M-Instruct Q4_1 (49,152 tokens; Qwen2.5 has 151,936) drafting across
   tokenizers at a fixed length: its acceptance and what it costs;
 - `cross`: the same draft under the adaptive default (`--draft SmolLM2`): what a user gets.
+- `cross@0.8`: the same, with the prior acceptance of a same-vocabulary draft model (as it
+  was before `CROSS_MODEL_PRIOR`).
 
 Every prompt and repeat runs every configuration, in an order rotated by one each time (so that
 drift on the machine hits every configuration alike). A speedup is each run's tokens/s over the
@@ -47,7 +50,7 @@ from pathlib import Path
 
 from specllama.bench.prompts import BenchPrompt, load_prompts
 from specllama.bench.runner import machine_facts
-from specllama.engine.control import FixedLength
+from specllama.engine.control import MODEL, FixedLength
 from specllama.engine.drafters import CombinedDrafter, NoDrafter
 from specllama.engine.events import FinishEvent, TokenEvent
 from specllama.engine.memory import TokenMemory
@@ -82,7 +85,9 @@ class Pair:
             EngineConfig(target=TARGET, draft=draft, drafter="model", n_ctx=ctx, n_threads=threads)
         )
 
-    def run(self, drafter: str, k: int | None, tokens: list[int], n: int) -> tuple[list[int], dict]:
+    def run(
+        self, drafter: str, k: int | None, tokens: list[int], n: int, prior: float | None = None
+    ) -> tuple[list[int], dict]:
         engine = self.engine
         engine.memory = TokenMemory()  # as one `run`: nothing remembered from the others
         if drafter == "none":
@@ -90,6 +95,8 @@ class Pair:
         else:  # adaptive: n-gram lookup beside the draft model, as `run` drafts by default
             chosen = engine.make_drafter(drafter)
             controller = FixedLength(k) if k else engine.new_controller(adaptive=True)
+            if prior is not None:  # the draft model's prior acceptance, as another pair's
+                controller.priors[MODEL] = prior
         if k and isinstance(chosen, CombinedDrafter):  # --fixed: the draft model alone
             chosen = chosen.model
         out: list[int] = []
@@ -117,6 +124,8 @@ def configurations(k: int) -> dict[str, tuple[str, str, int | None]]:
         f"model:{k}": ("same", "model", k),
         f"cross:{k}": ("cross", "model", k),
         "cross": ("cross", "model", None),
+        # the same, as it was drafted before its prior was lowered (CROSS_MODEL_PRIOR)
+        "cross@0.8": ("cross", "model", None),
     }
 
 
@@ -145,6 +154,9 @@ def main() -> None:
         "--out", type=Path, default=HERE / "results" / "issue54-cross-tokenizer.json"
     )
     parser.add_argument("--recalibrate", action="store_true")
+    parser.add_argument(
+        "--configs", help="comma-separated configurations to run (default: all); 'target' is added"
+    )
     args = parser.parse_args()
     for path in (TARGET, SAME_VOCAB_DRAFT, CROSS_DRAFT):
         if not path.exists():
@@ -164,11 +176,17 @@ def main() -> None:
                 kept.append(prompt)
         prompts = kept
     configs = configurations(args.k)
+    if args.configs:
+        wanted = {"target", *args.configs.split(",")}
+        if unknown := wanted - set(configs):
+            parser.error(f"unknown configurations: {', '.join(sorted(unknown))}")
+        configs = {name: c for name, c in configs.items() if name in wanted}
     auto = auto_choice()
     started = time.perf_counter()
     pairs = {"same": Pair(SAME_VOCAB_DRAFT, threads, args.ctx)}
     try:
-        pairs["cross"] = Pair(CROSS_DRAFT, threads, args.ctx)
+        if any(pair == "cross" for pair, _, _ in configs.values()):
+            pairs["cross"] = Pair(CROSS_DRAFT, threads, args.ctx)
         calibrations = {}
         for name, pair in pairs.items():
             costs = pair.engine.calibrate(
@@ -221,7 +239,8 @@ def run_all(
             results = {}
             for name in order:
                 pair, drafter, k = configs[name]
-                results[name] = pairs[pair].run(drafter, k, tokens_of[prompt.id], n)
+                prior = float(name.split("@")[1]) if "@" in name else None
+                results[name] = pairs[pair].run(drafter, k, tokens_of[prompt.id], n, prior)
             alone = results["target"][0]
             for name in names:
                 out, stats = results[name]

@@ -9,6 +9,7 @@ from specllama.chat import Message
 from specllama.engine.events import FinishEvent
 from specllama.engine.sampling import SamplingParams
 from specllama.policy import calibration
+from specllama.policy.controller import CROSS_MODEL_PRIOR, MODEL, PRIORS
 from specllama.policy.costs import Costs
 from specllama.session import Engine, EngineConfig
 
@@ -185,3 +186,21 @@ def test_preserved_markers_that_are_control_tokens_are_written_as_text(smol_q4):
         preserved = engine.target_text_stream(["<|im_start|>", "<think>", "two words"])
         assert written(preserved) == "<|im_start|>hi"  # only what was asked, one token each
         assert engine.marker_tokens(["<|im_start|>", "<think>"]) == {tokens[0]}
+
+
+@pytest.mark.parametrize("draft, prior", [("smol_q4", PRIORS[MODEL]), ("smol_bad_vocab", None)])
+def test_a_draft_across_tokenizers_starts_from_its_own_prior(
+    smol_f32, draft, prior, request, tmp_path, monkeypatch
+):
+    """The adaptive controller of a pair whose draft drafts across tokenizers starts from the
+    lower prior measured for such drafts; a same-vocabulary pair from the draft model's."""
+    monkeypatch.setenv("SPECLLAMA_CACHE", str(tmp_path / "cache"))
+    config = EngineConfig(
+        target=smol_f32, draft=request.getfixturevalue(draft), n_ctx=512, n_threads=2
+    )
+    with Engine(config) as engine:
+        assert bool(engine.across_tokenizers) == (prior is None)
+        costs = Costs(verify_s=((1, 0.01), (2, 0.012), (4, 0.015)), draft_step_s=0.002)
+        calibration.save(engine._calibration_key(), costs)  # nothing to measure
+        controller = engine.new_controller(adaptive=True)
+        assert controller.acceptance("model") == pytest.approx(prior or CROSS_MODEL_PRIOR)

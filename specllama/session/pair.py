@@ -14,7 +14,7 @@ from pathlib import Path
 
 from specllama import memory_store
 from specllama.engine.constraint import ConstraintSpec, Grammar, compile_constraint
-from specllama.engine.control import DraftController, FixedLength
+from specllama.engine.control import MODEL, DraftController, FixedLength
 from specllama.engine.cross_drafter import CrossTokenizerDrafter
 from specllama.engine.drafters import (
     CombinedDrafter,
@@ -41,7 +41,7 @@ from specllama.llama.mtp import MtpHead
 from specllama.models.compat import pairing
 from specllama.models.hardware import gpu_backend
 from specllama.policy import calibration, trust
-from specllama.policy.controller import AdaptiveController
+from specllama.policy.controller import CROSS_MODEL_PRIOR, AdaptiveController
 from specllama.policy.costs import Costs
 from specllama.session.config import EngineConfig
 from specllama.session.default_slots import auto_slots
@@ -381,7 +381,10 @@ class Engine(PromptsAndThinking):
         """A fresh controller: adaptive (calibrating first if needed) or fixed at draft_max."""
         if not (self.config.adaptive if adaptive is None else adaptive):
             return FixedLength(self.draft_max)
-        return AdaptiveController(self.calibrate(), draft_max=self.adaptive_draft_max)
+        priors = {MODEL: CROSS_MODEL_PRIOR} if self.across_tokenizers else None
+        return AdaptiveController(
+            self.calibrate(), draft_max=self.adaptive_draft_max, priors=priors
+        )
 
     def default_controller(self) -> DraftController:
         if self.controller is None:
