@@ -4,7 +4,7 @@ C = 1, 2, 4, 8 (issue 42, item 2).
 
     python research/concurrent_clients.py --clients 1 2 4 8 --repeats 2 \\
         --server "specllama serve --pair qwen2.5-coder-1.5b --threads 2 --parallel {C}" \\
-        --server "llama-server -m T.gguf -md D.gguf -t 2 -c 16384 -np {C}"
+        --server "llama-server -m T.gguf -md D.gguf -t 2 -c 16384 -np {C} --metrics"
 
 Each --server is a command line serving an OpenAI API; `{C}` in it becomes the phase's number
 of clients, and the script adds `--port PORT`. Every phase (one C, one repeat) runs on a fresh
@@ -14,7 +14,12 @@ that copy a file (the bundled bench prompts' code-editing category), half questi
 (its qa category). Greedy, streamed, the tokens counted from the usage each server reports.
 
 Printed per server and C: aggregate tokens/s (all answers' tokens / the phase's wall time),
-p50 and p95 time to first token, medians over the repeats with their spread.
+p50 and p95 time to first token, medians over the repeats with their spread; then where the
+aggregate went, read off each server's /metrics after the phase (llama-server needs
+`--metrics`): the target's llama_decode calls per generated token, the slots each call
+carried (llama-server: the busy slots, `n_busy_slots_per_decode`), and the drafted and
+accepted tokens; for specllama also the target's tokens per call and the draft model's calls
+and share of the decode time. `--json FILE` keeps every phase's figures.
 """
 
 from __future__ import annotations
@@ -31,8 +36,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from agent_trace import free_port, start
+from prometheus_client.parser import text_string_to_metric_families
 
 from specllama.bench.prompts import load_prompts
+
+MODELS = ("target", "draft")
 
 
 @dataclass
@@ -74,8 +82,48 @@ def requests_for(n: int) -> list[list[dict]]:
     return [[{"role": m.role, "content": m.content} for m in p.messages] for p in chosen]
 
 
-def phase(port: int, clients: int, max_tokens: int) -> tuple[float, list[float]]:
-    """(aggregate tokens/s, every request's time to first token)."""
+def metrics(port: int) -> dict[str, float]:
+    """The server's /metrics samples, by name and model label ("" where it has none)."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    connection.request("GET", "/metrics")
+    response = connection.getresponse()
+    text = response.read().decode()
+    connection.close()
+    if response.status != 200:
+        return {}
+    found: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            found[f"{sample.name}{sample.labels.get('model', '')}"] = sample.value
+    return found
+
+
+def where_it_went(found: dict[str, float], generated: int, wall: float) -> dict[str, float]:
+    """A phase's batch figures, from a fresh server's metrics after it (`wall`: its time)."""
+    calls = found.get("llamacpp:n_decode_total", 0.0)
+    figures = {
+        "target_calls_per_token": calls / max(generated, 1),
+        "slots_per_call": found.get("llamacpp:n_busy_slots_per_decode", 0.0),
+        "drafted": found.get("llamacpp:spec_decode_num_draft_tokens_total", 0.0),
+        "accepted": found.get("llamacpp:spec_decode_num_accepted_tokens_total", 0.0),
+    }
+    ours = "specllama:decode_calls_totaltarget"
+    if ours in found:
+        seconds = {m: found.get(f"specllama:decode_seconds_total{m}", 0.0) for m in MODELS}
+        figures |= {
+            "target_tokens_per_call": found["specllama:decode_tokens_totaltarget"] / max(calls, 1),
+            "draft_calls": found.get("specllama:decode_calls_totaldraft", 0.0),
+            "draft_slots_per_call": found.get("specllama:decode_sequences_totaldraft", 0.0)
+            / max(found.get("specllama:decode_calls_totaldraft", 0.0), 1),
+            "draft_share_of_decode_s": seconds["draft"] / max(sum(seconds.values()), 1e-9),
+            # what is not decoding (Python between steps, waiting for slots) is the rest
+            "decoding_share_of_wall": sum(seconds.values()) / wall,
+        }
+    return figures
+
+
+def phase(port: int, clients: int, max_tokens: int) -> tuple[float, list[float], int, float]:
+    """(aggregate tokens/s, every request's time to first token, tokens generated, seconds)."""
     work = requests_for(max(clients, 4))
     answers: list[Answer] = []
     lock = threading.Lock()
@@ -93,7 +141,8 @@ def phase(port: int, clients: int, max_tokens: int) -> tuple[float, list[float]]
     for thread in threads:
         thread.join()
     wall = time.perf_counter() - started
-    return sum(a.tokens for a in answers) / wall, [a.ttft for a in answers]
+    generated = sum(a.tokens for a in answers)
+    return generated / wall, [a.ttft for a in answers], generated, wall
 
 
 def percentile(values: list[float], share: float) -> float:
@@ -107,7 +156,9 @@ def main() -> None:
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("-n", "--max-tokens", type=int, default=64)
+    parser.add_argument("--json", type=Path, help="write every phase's figures here")
     args = parser.parse_args()
+    phases: list[dict] = []
     print(f"{'server':<60} {'C':>2} {'tok/s':>7} {'min-max':>12} {'ttft p50':>9} {'p95':>7}")
     for command in args.server:
         for clients in args.clients:
@@ -116,19 +167,27 @@ def main() -> None:
                 port = free_port()
                 process = start(command.replace("{C}", str(clients)), port)
                 try:
-                    rate, ttfts = phase(port, clients, args.max_tokens)
+                    rate, ttfts, generated, wall = phase(port, clients, args.max_tokens)
+                    went = where_it_went(metrics(port), generated, wall)
                 finally:
                     process.terminate()
                     process.wait(timeout=60)
                 rates.append(rate)
                 p50s.append(percentile(ttfts, 0.5))
                 p95s.append(percentile(ttfts, 0.95))
+                phases.append(
+                    {"server": command, "clients": clients, "tokens_per_s": rate}
+                    | {"ttft_s": ttfts, "generated": generated, **went}
+                )
+                print("    " + ", ".join(f"{k} {v:.2f}" for k, v in went.items()), flush=True)
             spread = f"{min(rates):.1f}-{max(rates):.1f}"
             print(
                 f"{command[:60]:<60} {clients:>2} {statistics.median(rates):>7.1f} {spread:>12} "
                 f"{statistics.median(p50s):>9.2f} {statistics.median(p95s):>7.2f}",
                 flush=True,
             )
+    if args.json:
+        args.json.write_text(json.dumps(phases, indent=1) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

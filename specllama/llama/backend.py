@@ -100,6 +100,7 @@ class LlamaBackend(EvaluatedTokens):
         rollback_depth: int = DEFAULT_ROLLBACK_DEPTH,
         n_seq: int = 1,
         batch_invariant: bool = False,
+        unified_kv: bool | None = None,
     ) -> None:
         self.path = Path(path)
         _check_gguf(self.path)
@@ -153,7 +154,6 @@ class LlamaBackend(EvaluatedTokens):
         ctx_params.n_threads = threads
         ctx_params.n_threads_batch = threads
         ctx_params.n_seq_max = n_seq
-        ctx_params.kv_unified = False
         # A model stored all in F32 is there for exact arithmetic: its KV cache stays F32 too,
         # without flash attention (which takes K and V in F16). Batched and one-token decodes
         # then agree to ~2e-5 in the logits instead of ~1e-2 (SmolLM2-135M, measured), so a
@@ -163,6 +163,15 @@ class LlamaBackend(EvaluatedTokens):
         if self.exact:
             ctx_params.type_k = ctx_params.type_v = llama_cpp.GGML_TYPE_F32
             ctx_params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        # The sequences (a server's slots) share one KV cache, as llama-server's slots do: a
+        # step of four slots' tokens then takes 141 ms against 171 ms with a cache per
+        # sequence (Qwen2.5-Coder-1.5B Q4_K_M, 2-core EPYC; research/RESULTS.md, issue 53).
+        # Each sequence still holds at most its share (`n_ctx`). An exact model or --exact
+        # keeps a cache per sequence: a sequence's attention then reads its own cells in the
+        # order it would alone, so its answer among others is its answer alone.
+        if unified_kv is None:
+            unified_kv = not (self.exact or batch_invariant)
+        ctx_params.kv_unified = unified_kv
         self.exact_problems = (
             self._exact_problems(n_gpu_layers, bool(self.workers)) if batch_invariant else []
         )
@@ -204,6 +213,10 @@ class LlamaBackend(EvaluatedTokens):
         self.tokens: list[int] = []
         self.n_decoded = 0  # tokens evaluated over the lifetime (prefix reuse shows up here)
         self.decode_seconds = 0.0  # time evaluating, logits included: what is not Python overhead
+        # llama_decode calls, and the sequences they carried together (a server's slots share
+        # one call per step): their ratio is how full the batches were.
+        self.n_decodes = 0
+        self.n_decode_sequences = 0
 
     def _exact_problems(self, n_gpu_layers: int, rpc_workers: bool) -> list[str]:
         """Why exact mode cannot hold for this file here, one line each (research/RESULTS.md)."""
@@ -391,6 +404,8 @@ class LlamaBackend(EvaluatedTokens):
                 f"llama.cpp failed to evaluate {len(chunk)} tokens (status {status})",
                 hint="the context may be full: try a larger --ctx",
             )
+        self.n_decodes += 1
+        self.n_decode_sequences += 1
         if self.on_decoded is not None:
             self.on_decoded(self.n_past, len(chunk))
         self.tokens.extend(chunk)
@@ -429,6 +444,8 @@ class LlamaBackend(EvaluatedTokens):
                 out.append(np.array(rows[first : first + len(part.logits_at)]))
                 first += len(part.logits_at)
         self.n_decoded += offset
+        self.n_decodes += 1
+        self.n_decode_sequences += len({part.seq for part in parts})
         self.decode_seconds += time.perf_counter() - started
         return out
 

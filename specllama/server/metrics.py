@@ -54,6 +54,12 @@ BY_DRAFTER_KEPT = "Drafted tokens the target accepted, by drafter"
 BY_DRAFTER_DRAFTS = "Rounds that drafted, by drafter"
 POSITION_DRAFTED = "Drafts that reached position i (0: the first drafted token), by drafter"
 POSITION_KEPT = "Drafts accepted at position i (then every earlier position was), by drafter"
+DECODES = "Number of llama_decode() calls of the target"
+BUSY = "Average number of slots per llama_decode() call of the target (those in the batch)"
+MODEL_DECODES = "llama_decode() calls (batched steps), by model"
+MODEL_SEQUENCES = "Sequences (slots) those calls carried together, by model"
+MODEL_TOKENS = "Tokens those calls evaluated, by model"
+MODEL_SECONDS = "Seconds those calls took, by model"
 CACHE_LOADS = "Requests whose prompt prefix was loaded from the prompt cache in RAM (hits)"
 CACHE_ENTRIES = "Saved prompt states in the prompt cache"
 CACHE_BYTES = "Bytes the prompt cache holds"
@@ -92,6 +98,8 @@ class Now:
     kv_tokens: int = 0  # tokens the slots' target sequences hold
     kv_capacity: int = 0  # tokens they may hold, all slots together
     cache: dict[str, int] = field(default_factory=dict)  # the prompt cache's facts, if any
+    # per model ("target", "draft"): (llama_decode calls, sequences in them, tokens, seconds)
+    decodes: dict[str, tuple[int, int, int, float]] = field(default_factory=dict)
 
 
 class Scheduler(Protocol):
@@ -105,6 +113,8 @@ class Scheduler(Protocol):
 
     def slot_facts(self) -> list[dict[str, object]]: ...  # what /slots shows of each
 
+    def decode_counts(self) -> dict[str, tuple[int, int, int, float]]: ...  # per model
+
 
 def now_of(queue: Scheduler) -> Now:
     """Read the gauges off the running server's queue, its slots and its prompt cache."""
@@ -115,6 +125,7 @@ def now_of(queue: Scheduler) -> Now:
         kv_tokens=sum(int(slot["n_held"]) for slot in slots),
         kv_capacity=sum(int(slot["n_ctx"]) for slot in slots),
         cache=queue.cache.facts() if queue.cache is not None else {},
+        decodes=queue.decode_counts(),
     )
 
 
@@ -196,7 +207,12 @@ class ServerMetrics:
     def families(self, now: Now) -> list[Family]:
         with self._lock:
             window, self._window = self._window, Counter()
-            return [*self._llama_server(now, window), *self._speculation(), *_cache(now)]
+            return [
+                *self._llama_server(now, window),
+                *self._speculation(),
+                *_cache(now),
+                *_decodes(now),
+            ]
 
     def _llama_server(self, now: Now, window: Counter[str]) -> list[Family]:
         totals, name = self._totals, "llamacpp:{}".format
@@ -281,6 +297,29 @@ def _cache(now: Now) -> list[Family]:
         _one(name("prompt_cache_entries"), "gauge", facts.get("entries", 0), CACHE_ENTRIES),
         _one(name("prompt_cache_bytes"), "gauge", facts.get("bytes", 0), CACHE_BYTES),
         _one(name("prompt_cache_limit_bytes"), "gauge", facts.get("limit_bytes", 0), CACHE_LIMIT),
+    ]
+
+
+def _decodes(now: Now) -> list[Family]:
+    """How full the batches were: llama-server's two decode metrics (of the target, as it
+    counts them), then ours by model (a step of several slots is one call of several
+    sequences)."""
+    counts = now.decodes
+    calls, sequences, _, _ = counts.get("target", (0, 0, 0, 0.0))
+    columns = [MODEL_DECODES, MODEL_SEQUENCES, MODEL_TOKENS, MODEL_SECONDS]
+    names = ["calls", "sequences", "tokens", "seconds"]
+    return [
+        _one("llamacpp:n_decode_total", "counter", calls, DECODES),
+        _one("llamacpp:n_busy_slots_per_decode", "gauge", sequences / max(calls, 1), BUSY),
+        *(
+            Family(
+                f"specllama:decode_{name}_total",
+                "counter",
+                text,
+                [((("model", model),), count[i]) for model, count in counts.items()],
+            )
+            for i, (name, text) in enumerate(zip(names, columns))
+        ),
     ]
 
 

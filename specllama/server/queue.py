@@ -122,6 +122,9 @@ class GenerationQueue:
             facts.append(fact)
         return facts
 
+    def decode_counts(self) -> dict[str, tuple[int, int, int, float]]:
+        return self.pool.decode_counts()
+
     def full(self) -> bool:
         # While a slot is free, the newest job starts at once rather than waiting.
         free = sum(slot.free for slot in self.pool.slots)

@@ -61,6 +61,17 @@ class SlotPool:
                 draft = SequenceView(engine.draft_model, seq, stepper, PREFILL_CHUNK, clock)
             self.slots.append(Slot(engine.for_sequences(target, draft)))
 
+    def decode_counts(self) -> dict[str, tuple[int, int, int, float]]:
+        """Per model ("target", "draft"): llama_decode calls, the sequences they carried, the
+        tokens, and the seconds; what /metrics says of how full the batches were."""
+        engine = self._engine
+        models = {"target": engine.target, "draft": engine.draft_model}
+        return {
+            role: (m.n_decodes, m.n_decode_sequences, m.n_decoded, m.decode_seconds)
+            for role, m in models.items()
+            if m is not None
+        }
+
     def best_free(self, prompt: Sequence[int], *, prefer: Slot) -> Slot:
         """The slot for `prompt`: the free or ending one whose sequence holds the most of it,
         where that is at least half of what it holds (a conversation coming back; a retry of

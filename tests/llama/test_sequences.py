@@ -25,9 +25,12 @@ pytestmark = pytest.mark.slow
 TEXTS = ["def fibonacci(n):\n    if n < 2:", "The capital of France is", "1, 2, 3, 4, 5,"]
 
 
-@pytest.fixture(scope="module")
-def shared(smol_f32):
-    with LlamaBackend(smol_f32, n_ctx=3 * 256, n_batch=64, n_seq=3) as backend:
+@pytest.fixture(scope="module", params=[False, True], ids=["own-caches", "one-cache"])
+def shared(smol_f32, request):
+    """Three sequences, each in a KV cache of its own (an exact model's way) or all in one (a
+    quantised model's, faster): either way each sees only its own cells."""
+    kv = {"n_ctx": 3 * 256, "n_batch": 64, "n_seq": 3, "unified_kv": request.param}
+    with LlamaBackend(smol_f32, **kv) as backend:
         yield backend
 
 
@@ -63,6 +66,15 @@ def on_slots(stepper: Stepper, works: list[Callable[[], object]]) -> list[object
     stepper.run(until=done.is_set)
     waiter.join()
     return results
+
+
+def test_an_exact_model_keeps_a_cache_per_sequence_a_quantised_one_shares_one(smol_f32, smol_q4):
+    """What llama.cpp made of it: a sequence's own context is its share of the cache, or all
+    of the one cache (of which each sequence may hold only its share)."""
+    for path, n_ctx_seq in [(smol_f32, 256), (smol_q4, 2 * 256)]:
+        with LlamaBackend(path, n_ctx=2 * 256, n_seq=2) as backend:
+            assert backend._lib.llama_n_ctx_seq(backend._ctx) == n_ctx_seq
+            assert backend.n_ctx == 256
 
 
 def test_each_sequence_of_a_batched_step_gets_its_own_logits(shared, alone):

@@ -193,8 +193,21 @@ def test_the_gauges_read_the_queue_its_slots_and_its_cache():
     cache = SimpleNamespace(
         facts=lambda: {"entries": 2, "bytes": 5000, "limit_bytes": 9000, "loads": 3}
     )
-    queue = SimpleNamespace(slot_facts=lambda: slots, running=["a job"], waiting=2, cache=cache)
+    decodes = {"target": (10, 25, 300, 1.5), "draft": (40, 60, 60, 0.5)}
+    queue = SimpleNamespace(
+        slot_facts=lambda: slots,
+        running=["a job"],
+        waiting=2,
+        cache=cache,
+        decode_counts=lambda: decodes,
+    )
     samples = parsed(ServerMetrics().render(now_of(queue)))
+    assert value(samples, "llamacpp:n_decode_total") == 10  # the target's, as llama-server's
+    assert value(samples, "llamacpp:n_busy_slots_per_decode") == 2.5
+    assert value(samples, "specllama:decode_calls_total", model="draft") == 40
+    assert value(samples, "specllama:decode_sequences_total", model="draft") == 60
+    assert value(samples, "specllama:decode_tokens_total", model="target") == 300
+    assert value(samples, "specllama:decode_seconds_total", model="target") == 1.5
     assert value(samples, "llamacpp:requests_processing") == 1
     assert value(samples, "llamacpp:requests_deferred") == 2
     assert value(samples, "llamacpp:kv_cache_tokens") == 128
@@ -202,7 +215,9 @@ def test_the_gauges_read_the_queue_its_slots_and_its_cache():
     assert value(samples, "specllama:prompt_cache_loads_total") == 3
     assert value(samples, "specllama:prompt_cache_bytes") == 5000
     assert value(samples, "specllama:prompt_cache_limit_bytes") == 9000
-    without_cache = SimpleNamespace(slot_facts=lambda: [], running=[], waiting=0, cache=None)
+    without_cache = SimpleNamespace(
+        slot_facts=lambda: [], running=[], waiting=0, cache=None, decode_counts=dict
+    )
     samples = parsed(ServerMetrics().render(now_of(without_cache)))
     assert value(samples, "llamacpp:kv_cache_usage_ratio") == 0
     assert value(samples, "specllama:prompt_cache_entries") == 0

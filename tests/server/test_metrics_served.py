@@ -176,3 +176,24 @@ def test_a_prompt_brought_back_from_the_ram_cache_is_a_hit(server: Server):
     assert cached == again.usage.prompt_tokens - 1  # all of it but the last token
     assert get(after, "specllama:prompt_cache_entries") >= 1
     assert 0 < get(after, "specllama:prompt_cache_bytes") <= 64 * 2**20
+
+
+def test_decode_calls_and_tokens_are_those_the_answer_made(server: Server):
+    """One slot: the target evaluated the prompt (less its last token, which the first round
+    carries) in batches of up to 512, then one call a round of the pending token and its
+    drafts; every call carried this one sequence."""
+    before = samples(server)
+    answer = chat(server, "Count from one to twelve.", max_tokens=20)
+    after = samples(server)
+    figures, usage = answer.model_extra["specllama"], answer.usage
+    evaluated = usage.prompt_tokens - usage.prompt_tokens_details.cached_tokens
+    rounds, drafted = figures["n_rounds"], figures["n_drafted"]
+    assert drafted > 0
+    tokens = moved(before, after, "specllama:decode_tokens_total", model="target")
+    assert tokens == evaluated - 1 + rounds + drafted
+    calls = moved(before, after, "specllama:decode_calls_total", model="target")
+    assert calls == -(-(evaluated - 1) // 512) + rounds
+    assert moved(before, after, "llamacpp:n_decode_total") == calls
+    assert moved(before, after, "specllama:decode_sequences_total", model="target") == calls
+    assert moved(before, after, "specllama:decode_calls_total", model="draft") > 0
+    assert moved(before, after, "specllama:decode_seconds_total", model="target") > 0

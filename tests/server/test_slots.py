@@ -20,7 +20,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from serving import (
+    AUTH,
     COUNTING,
     JSON_POST,
     KEY,
@@ -108,6 +110,42 @@ def test_greedy_answers_at_once_equal_each_alone(server: Server, drafter: str):
     for prompt, answer in zip(PROMPTS, answers):
         assert answer.choices[0].message.content == reference(prompt, 32)[0], prompt
         assert answer.model_extra["specllama"]["drafter"] != "none" or drafter == "none"
+
+
+def test_answers_at_once_share_the_targets_decodes(server: Server):
+    """Four answers together, none drafting: /metrics says the target's calls carried several
+    sequences each (one step of every slot), and evaluated what the answers account for."""
+
+    def counts() -> dict[str, float]:
+        connection = http.client.HTTPConnection(*server.address, timeout=60)
+        connection.request("GET", "/metrics", headers=AUTH)
+        text = connection.getresponse().read().decode()
+        connection.close()
+        found = {}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.labels.get("model") == "target":
+                    found[sample.name] = sample.value
+        return found
+
+    before = counts()
+    answers = at_once(server, PROMPTS, 24, extra_body={"specllama": {"drafter": "none"}})
+    after = counts()
+    calls, sequences, tokens = (
+        after[name] - before[name]
+        for name in (
+            "specllama:decode_calls_total",
+            "specllama:decode_sequences_total",
+            "specllama:decode_tokens_total",
+        )
+    )
+    assert sequences / calls >= 2  # alone, every call would carry one sequence
+    expected = 0
+    for answer in answers:
+        usage, figures = answer.usage, answer.model_extra["specllama"]
+        evaluated = usage.prompt_tokens - usage.prompt_tokens_details.cached_tokens
+        expected += evaluated - 1 + figures["n_rounds"]  # the pending token, every round
+    assert tokens == expected
 
 
 def test_seeded_answers_at_once_equal_each_alone(server: Server):
