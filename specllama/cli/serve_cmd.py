@@ -168,6 +168,17 @@ def serve(
             "long prompt is evaluated), so that clients with an idle timeout wait.",
         ),
     ] = 5.0,
+    n_predict: Annotated[
+        int | None,
+        typer.Option(
+            "--n-predict",
+            metavar="N",
+            min=1,
+            show_default=False,
+            help="Most tokens any answer may have, whatever the request asks (llama-server's "
+            "-n): a bound on what one client can hold a slot for. Default: up to the context.",
+        ),
+    ] = None,
 ) -> None:
     """An OpenAI-compatible HTTP server (chat and text completions) over the pair, with a chat
     page at its address that shows what speculation does."""
@@ -212,6 +223,7 @@ def serve(
         reasoning=mode,
         reasoning_budget=budget,
         keepalive_s=keepalive,
+        n_predict=n_predict,
     )
     console = ui.stderr_console()
     if api_key is None and not is_loopback(host):

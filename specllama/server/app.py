@@ -75,6 +75,7 @@ class Settings:
     reasoning: ReasoningMode = "auto"  # thinking on, off, or as the template has it (--reasoning)
     reasoning_budget: int | None = None  # most thinking tokens (--reasoning-budget); None: any
     keepalive_s: float = KEEPALIVE_S  # silence after which a stream says it is alive
+    n_predict: int | None = None  # most tokens an answer may have, whatever it asks (--n-predict)
 
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -87,7 +88,11 @@ class Api:
         self.settings = settings
         self.created = int(engine.config.target.stat().st_mtime)
         self.preparer = Preparer(
-            engine, settings.model_id, settings.reasoning, settings.reasoning_budget
+            engine,
+            settings.model_id,
+            settings.reasoning,
+            settings.reasoning_budget,
+            n_predict=settings.n_predict,
         )
 
     # -- routes -----------------------------------------------------------------------------

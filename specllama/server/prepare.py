@@ -112,12 +112,15 @@ class Preparer:
         model_id: str,
         reasoning: ReasoningMode = "auto",
         reasoning_budget: int | None = None,
+        *,
+        n_predict: int | None = None,
     ) -> None:
         self.engine = engine
         self.model_id = model_id  # for the messages that name the model
         self.grammars = Grammars(engine)
         self.reasoning = reasoning  # the server's --reasoning, where a request says nothing
         self.reasoning_budget = reasoning_budget
+        self.n_predict = n_predict  # the server's cap on every answer (--n-predict)
 
     def prepare(self, asked: GenerationRequest) -> Prepared:
         """Tokenise the prompt (through the model's template, with the client's tools and
@@ -281,7 +284,8 @@ class Preparer:
         return spec, param
 
     def max_tokens(self, prompt: list[int], asked: GenerationRequest) -> int:
-        """The prompt must leave room for one new token; generation ends at a full context."""
+        """The prompt must leave room for one new token; generation ends at a full context, at
+        what the request asks, or at the server's --n-predict, whichever comes first."""
         n_ctx, n_prompt = self.engine.target.n_ctx, len(prompt)
         param = "prompt" if asked.prompt is not None else "messages"
         if n_prompt == 0:
@@ -295,8 +299,8 @@ class Preparer:
                 param=param,
                 code="context_length_exceeded",
             )
-        room = n_ctx - n_prompt
-        return room if asked.max_tokens is None else min(asked.max_tokens, room)
+        caps = [n_ctx - n_prompt, asked.max_tokens, self.n_predict]
+        return min(cap for cap in caps if cap is not None)
 
 
 def _reply_schema(spec: ConstraintSpec | None) -> dict[str, object] | None:

@@ -526,3 +526,21 @@ def test_mtp_drafts_are_streamed_as_the_heads(mtp_server: Server, qwen35_mtp: Pa
     origins = [who for _, who in tokens]
     assert origins.count("mtp") == final["n_accepted"] > 0
     assert set(origins) == {"mtp", "target"} and len(origins) == final["n_generated"]
+
+
+def test_n_predict_caps_every_answer_whatever_it_asks(smol_f32: Path, tmp_path: Path):
+    """--n-predict N: no answer is longer than N tokens (llama-server's -n); one that asks for
+    fewer gets what it asked; the text is the target alone's, cut there."""
+    served = serve(smol_f32, ["--n-predict", "5"], tmp_path / "stderr.txt")
+    server = next(served)
+    try:
+        for asked, got in [(24, 5), (None, 5), (3, 3)]:
+            kwargs = {} if asked is None else {"max_tokens": asked}
+            answer = server.client().chat.completions.create(
+                model=server.model, messages=[{"role": "user", "content": PROMPT}], **kwargs
+            )
+            assert answer.usage.completion_tokens == got
+            assert answer.choices[0].finish_reason == "length"
+            assert answer.choices[0].message.content == reference(PROMPT, got)[0]
+    finally:
+        served.close()
