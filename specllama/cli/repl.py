@@ -10,16 +10,15 @@ common prefix (the previous turns) and evaluating only what is new.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from specllama.chat import INTERRUPTED_MARK, Conversation, Message
 from specllama.cli.answer_split import StreamedAnswer
+from specllama.cli.terminal import deferred_sigint, setup_readline
 from specllama.cli.ui import ChatView, answer_summary, live_line
 from specllama.engine.constraint import Grammar
 from specllama.engine.events import FinishEvent, RoundEvent, TokenEvent
@@ -47,34 +46,6 @@ COMMANDS: list[tuple[str, str]] = [
     ("//text", "send a message that starts with /"),
 ]
 COMMAND_NAMES = [usage.split()[0] for usage, _ in COMMANDS if not usage.startswith("//")]
-
-
-class _Interrupt:
-    """Ctrl-C while an answer streams: noted here, acted on between events.
-
-    Raising KeyboardInterrupt in the middle of a llama.cpp call could leave the context's
-    bookkeeping half-updated; a flag checked after each event stops at a clean point instead.
-    """
-
-    def __init__(self) -> None:
-        self.hit = False
-
-    def __call__(self, signum: int, frame: Any) -> None:
-        self.hit = True
-
-
-@contextlib.contextmanager
-def deferred_sigint() -> Iterator[_Interrupt]:
-    flag = _Interrupt()
-    try:
-        previous = signal.signal(signal.SIGINT, flag)
-    except ValueError:  # not the main thread: leave Ctrl-C as it is
-        yield flag
-        return
-    try:
-        yield flag
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 def measure_target_step(target: Any, n: int = 6) -> list[float]:
@@ -433,44 +404,12 @@ def _parse(arg: str, kind: type, usage: str, expected: str) -> Any:
 # -- the loop ------------------------------------------------------------------------------
 
 
-def _setup_readline(history: Path) -> Callable[[], None]:
-    """Line editing, history kept in `history`, Tab completes commands. Returns a function
-    that appends the newest line to the history file."""
-    try:
-        import readline
-    except ImportError:  # Windows without pyreadline: plain input()
-        return lambda: None
-    with contextlib.suppress(OSError):
-        history.parent.mkdir(parents=True, exist_ok=True)
-        if history.exists():
-            readline.read_history_file(history)
-    readline.set_history_length(1000)
-
-    def complete(text: str, state: int) -> str | None:
-        matches = [c + " " for c in COMMAND_NAMES if c.startswith(text)] if text[:1] == "/" else []
-        return matches[state] if state < len(matches) else None
-
-    readline.set_completer(complete)
-    readline.set_completer_delims(" \t\n")
-    if "libedit" in (readline.__doc__ or ""):
-        readline.parse_and_bind("bind ^I rl_complete")
-    else:
-        readline.parse_and_bind("tab: complete")
-
-    def save() -> None:
-        with contextlib.suppress(OSError):
-            if not history.exists():
-                history.touch()
-            readline.append_history_file(1, history)
-            readline.set_history_length(1000)
-
-    return save
-
-
 def run_repl(session: ChatSession, read: Callable[[str], str] = input) -> int:
     """Read lines until /exit, Ctrl-D or Ctrl-C at the prompt; exit code 0."""
     view = session.view
-    save_history = _setup_readline(state_dir() / "history") if os.isatty(0) else (lambda: None)
+    save_history = (
+        setup_readline(state_dir() / "history", COMMAND_NAMES) if os.isatty(0) else (lambda: None)
+    )
     while not session.done:
         try:
             line = read(view.prompt())
