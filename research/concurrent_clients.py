@@ -82,8 +82,8 @@ def requests_for(n: int) -> list[list[dict]]:
     return [[{"role": m.role, "content": m.content} for m in p.messages] for p in chosen]
 
 
-def metrics(port: int) -> dict[str, float]:
-    """The server's /metrics samples, by name and model label ("" where it has none)."""
+def metrics(port: int) -> dict[tuple[str, str], float]:
+    """The server's /metrics samples, by (name, model label: "" where it has none)."""
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     connection.request("GET", "/metrics")
     response = connection.getresponse()
@@ -91,30 +91,37 @@ def metrics(port: int) -> dict[str, float]:
     connection.close()
     if response.status != 200:
         return {}
-    found: dict[str, float] = {}
+    found: dict[tuple[str, str], float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            found[f"{sample.name}{sample.labels.get('model', '')}"] = sample.value
+            found[sample.name, sample.labels.get("model", "")] = sample.value
     return found
 
 
-def where_it_went(found: dict[str, float], generated: int, wall: float) -> dict[str, float]:
+def where_it_went(
+    found: dict[tuple[str, str], float], generated: int, wall: float
+) -> dict[str, float]:
     """A phase's batch figures, from a fresh server's metrics after it (`wall`: its time)."""
-    calls = found.get("llamacpp:n_decode_total", 0.0)
+
+    def get(name: str, model: str = "") -> float:
+        return found.get((name, model), 0.0)
+
+    calls = get("llamacpp:n_decode_total")
     figures = {
         "target_calls_per_token": calls / max(generated, 1),
-        "slots_per_call": found.get("llamacpp:n_busy_slots_per_decode", 0.0),
-        "drafted": found.get("llamacpp:spec_decode_num_draft_tokens_total", 0.0),
-        "accepted": found.get("llamacpp:spec_decode_num_accepted_tokens_total", 0.0),
+        "slots_per_call": get("llamacpp:n_busy_slots_per_decode"),
+        "drafted": get("llamacpp:spec_decode_num_draft_tokens_total"),
+        "accepted": get("llamacpp:spec_decode_num_accepted_tokens_total"),
     }
-    ours = "specllama:decode_calls_totaltarget"
-    if ours in found:
-        seconds = {m: found.get(f"specllama:decode_seconds_total{m}", 0.0) for m in MODELS}
+    if ("specllama:decode_calls_total", "target") in found:
+        seconds = {m: get("specllama:decode_seconds_total", m) for m in MODELS}
+        draft_calls = get("specllama:decode_calls_total", "draft")
         figures |= {
-            "target_tokens_per_call": found["specllama:decode_tokens_totaltarget"] / max(calls, 1),
-            "draft_calls": found.get("specllama:decode_calls_totaldraft", 0.0),
-            "draft_slots_per_call": found.get("specllama:decode_sequences_totaldraft", 0.0)
-            / max(found.get("specllama:decode_calls_totaldraft", 0.0), 1),
+            "target_tokens_per_call": get("specllama:decode_tokens_total", "target")
+            / max(calls, 1),
+            "draft_calls": draft_calls,
+            "draft_slots_per_call": get("specllama:decode_sequences_total", "draft")
+            / max(draft_calls, 1),
             "draft_share_of_decode_s": seconds["draft"] / max(sum(seconds.values()), 1e-9),
             # what is not decoding (Python between steps, waiting for slots) is the rest
             "decoding_share_of_wall": sum(seconds.values()) / wall,

@@ -19,7 +19,7 @@ import threading
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from specllama.engine.control import NGRAM, kind_of
 from specllama.engine.events import RoundEvent
@@ -89,6 +89,15 @@ class Unfinished:
     generated_s: float = 0.0
 
 
+class DecodeCounts(NamedTuple):
+    """A model's llama_decode calls since the server started, and what they carried."""
+
+    calls: int
+    sequences: int  # a step of several slots is one call of several sequences
+    tokens: int
+    seconds: float
+
+
 @dataclass(frozen=True)
 class Now:
     """The server's state when /metrics is asked (the gauges)."""
@@ -98,8 +107,7 @@ class Now:
     kv_tokens: int = 0  # tokens the slots' target sequences hold
     kv_capacity: int = 0  # tokens they may hold, all slots together
     cache: dict[str, int] = field(default_factory=dict)  # the prompt cache's facts, if any
-    # per model ("target", "draft"): (llama_decode calls, sequences in them, tokens, seconds)
-    decodes: dict[str, tuple[int, int, int, float]] = field(default_factory=dict)
+    decodes: dict[str, DecodeCounts] = field(default_factory=dict)  # "target", "draft"
 
 
 class Scheduler(Protocol):
@@ -113,7 +121,7 @@ class Scheduler(Protocol):
 
     def slot_facts(self) -> list[dict[str, object]]: ...  # what /slots shows of each
 
-    def decode_counts(self) -> dict[str, tuple[int, int, int, float]]: ...  # per model
+    def decode_counts(self) -> dict[str, DecodeCounts]: ...  # per model
 
 
 def now_of(queue: Scheduler) -> Now:
@@ -302,23 +310,33 @@ def _cache(now: Now) -> list[Family]:
 
 def _decodes(now: Now) -> list[Family]:
     """How full the batches were: llama-server's two decode metrics (of the target, as it
-    counts them), then ours by model (a step of several slots is one call of several
-    sequences)."""
-    counts = now.decodes
-    calls, sequences, _, _ = counts.get("target", (0, 0, 0, 0.0))
-    columns = [MODEL_DECODES, MODEL_SEQUENCES, MODEL_TOKENS, MODEL_SECONDS]
-    names = ["calls", "sequences", "tokens", "seconds"]
+    counts them), then ours by model."""
+    target = now.decodes.get("target", DecodeCounts(0, 0, 0, 0.0))
+    by_model = [
+        ("calls", MODEL_DECODES),
+        ("sequences", MODEL_SEQUENCES),
+        ("tokens", MODEL_TOKENS),
+        ("seconds", MODEL_SECONDS),
+    ]
     return [
-        _one("llamacpp:n_decode_total", "counter", calls, DECODES),
-        _one("llamacpp:n_busy_slots_per_decode", "gauge", sequences / max(calls, 1), BUSY),
+        _one("llamacpp:n_decode_total", "counter", target.calls, DECODES),
+        _one(
+            "llamacpp:n_busy_slots_per_decode",
+            "gauge",
+            target.sequences / max(target.calls, 1),
+            BUSY,
+        ),
         *(
             Family(
-                f"specllama:decode_{name}_total",
+                f"specllama:decode_{column}_total",
                 "counter",
                 text,
-                [((("model", model),), count[i]) for model, count in counts.items()],
+                [
+                    ((("model", model),), getattr(counts, column))
+                    for model, counts in now.decodes.items()
+                ],
             )
-            for i, (name, text) in enumerate(zip(names, columns))
+            for column, text in by_model
         ),
     ]
 

@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Callable
 
 from specllama.llama.evaluated import DecodeInterrupted
 from specllama.server.driver import Cancelled, Done, Failed, Output, Text, Work, answer
-from specllama.server.metrics import ServerMetrics
+from specllama.server.metrics import DecodeCounts, ServerMetrics
 from specllama.server.prompt_cache import PromptCache
 from specllama.server.slots import Slot, SlotPool
 from specllama.session import Engine
@@ -122,7 +122,7 @@ class GenerationQueue:
             facts.append(fact)
         return facts
 
-    def decode_counts(self) -> dict[str, tuple[int, int, int, float]]:
+    def decode_counts(self) -> dict[str, DecodeCounts]:
         return self.pool.decode_counts()
 
     def full(self) -> bool:

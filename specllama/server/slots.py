@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specllama.llama.sequences import SequenceView, Stepper, WaitClock
+from specllama.server.metrics import DecodeCounts
 from specllama.session import Engine
 
 # A long prompt goes into the batch this many tokens a step, so that the other slots' answers
@@ -61,13 +62,12 @@ class SlotPool:
                 draft = SequenceView(engine.draft_model, seq, stepper, PREFILL_CHUNK, clock)
             self.slots.append(Slot(engine.for_sequences(target, draft)))
 
-    def decode_counts(self) -> dict[str, tuple[int, int, int, float]]:
-        """Per model ("target", "draft"): llama_decode calls, the sequences they carried, the
-        tokens, and the seconds; what /metrics says of how full the batches were."""
+    def decode_counts(self) -> dict[str, DecodeCounts]:
+        """Per model ("target", "draft"): what /metrics says of how full the batches were."""
         engine = self._engine
         models = {"target": engine.target, "draft": engine.draft_model}
         return {
-            role: (m.n_decodes, m.n_decode_sequences, m.n_decoded, m.decode_seconds)
+            role: DecodeCounts(m.n_decodes, m.n_decode_sequences, m.n_decoded, m.decode_seconds)
             for role, m in models.items()
             if m is not None
         }

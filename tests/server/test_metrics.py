@@ -13,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from specllama.engine.events import RoundEvent
 from specllama.engine.stats import GenerationStats
 from specllama.server.metrics import (
+    DecodeCounts,
     Family,
     Now,
     ServerMetrics,
@@ -193,7 +194,7 @@ def test_the_gauges_read_the_queue_its_slots_and_its_cache():
     cache = SimpleNamespace(
         facts=lambda: {"entries": 2, "bytes": 5000, "limit_bytes": 9000, "loads": 3}
     )
-    decodes = {"target": (10, 25, 300, 1.5), "draft": (40, 60, 60, 0.5)}
+    decodes = {"target": DecodeCounts(10, 25, 300, 1.5), "draft": DecodeCounts(40, 60, 60, 0.5)}
     queue = SimpleNamespace(
         slot_facts=lambda: slots,
         running=["a job"],
