@@ -199,3 +199,20 @@ def start_stream(server: Server, max_tokens: int) -> http.client.HTTPConnection:
     while '"text":"' not in response.readline().decode():
         pass
     return connection
+
+
+def metric_samples(server: Server) -> dict[tuple[str, tuple], float]:
+    """GET /metrics, parsed by Prometheus' own parser: value by (name, sorted labels)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    connection = http.client.HTTPConnection(*server.address, timeout=60)
+    connection.request("GET", "/metrics", headers=AUTH)
+    response = connection.getresponse()
+    text = response.read().decode()
+    connection.close()
+    assert response.status == 200, text
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from serving import AUTH, CTX, JSON_POST, Server, chat, serve, start_stream
+from serving import AUTH, CTX, JSON_POST, Server, chat, metric_samples, serve, start_stream
 
 pytestmark = pytest.mark.slow
 
@@ -39,16 +39,6 @@ def scrape(server: Server, headers: dict | None = None) -> tuple[int, str, str]:
     body = response.read().decode()
     connection.close()
     return response.status, response.getheader("content-type", ""), body
-
-
-def samples(server: Server) -> Samples:
-    status, _, text = scrape(server)
-    assert status == 200, text
-    found: Samples = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            found[sample.name, tuple(sorted(sample.labels.items()))] = sample.value
-    return found
 
 
 def get(found: Samples, name: str, **labels: str) -> float:
@@ -80,9 +70,9 @@ def test_metrics_need_the_key_and_parse_as_prometheus_text(server: Server):
 
 
 def test_the_counters_move_by_what_each_answer_reports(server: Server):
-    before = samples(server)
+    before = metric_samples(server)
     answer = chat(server, max_tokens=24)
-    after = samples(server)
+    after = metric_samples(server)
     usage, figures = answer.usage, answer.model_extra["specllama"]
     cached = usage.prompt_tokens_details.cached_tokens
     assert moved(before, after, "llamacpp:tokens_predicted_total") == usage.completion_tokens
@@ -107,9 +97,9 @@ def test_the_counters_move_by_what_each_answer_reports(server: Server):
 
 
 def test_drafts_are_counted_by_drafter_and_by_position(server: Server):
-    before = samples(server)
+    before = metric_samples(server)
     answer = chat(server, "Count from one to twenty.", max_tokens=40)
-    after = samples(server)
+    after = metric_samples(server)
     figures = answer.model_extra["specllama"]
     drafted, accepted = figures["n_drafted"], figures["n_accepted"]
     assert drafted > 0  # --fixed: the draft model drafts every round
@@ -133,9 +123,9 @@ def test_drafts_are_counted_by_drafter_and_by_position(server: Server):
 
 
 def test_a_streamed_answer_is_counted_too(server: Server):
-    before = samples(server)
+    before = metric_samples(server)
     chunks = list(chat(server, max_tokens=16, stream=True, stream_options={"include_usage": True}))
-    after = samples(server)
+    after = metric_samples(server)
     usage = chunks[-1].usage
     assert moved(before, after, "llamacpp:tokens_predicted_total") == usage.completion_tokens
     assert total(after, "specllama:answers_total") - total(before, "specllama:answers_total") == 1
@@ -151,7 +141,7 @@ def test_busy_and_waiting_requests_are_gauges(server: Server):
         while server.health()["waiting"] != 1:  # until the server has read it and queued it
             assert time.monotonic() < deadline, "the second request was never queued"
             time.sleep(0.05)
-        found = samples(server)
+        found = metric_samples(server)
         assert get(found, "llamacpp:requests_processing") == 1
         assert get(found, "llamacpp:requests_deferred") == 1
         assert get(found, "llamacpp:kv_cache_tokens") > 0
@@ -159,7 +149,7 @@ def test_busy_and_waiting_requests_are_gauges(server: Server):
         busy.close()
         waiting.close()
     server.wait_idle()
-    found = samples(server)
+    found = metric_samples(server)
     assert get(found, "llamacpp:requests_processing") == 0
     assert get(found, "llamacpp:requests_deferred") == 0
 
@@ -167,9 +157,9 @@ def test_busy_and_waiting_requests_are_gauges(server: Server):
 def test_a_prompt_brought_back_from_the_ram_cache_is_a_hit(server: Server):
     chat(server, LONG, max_tokens=4)  # the slot holds it
     chat(server, OTHER, max_tokens=4)  # its state goes to the cache, the slot holds this one
-    before = samples(server)
+    before = metric_samples(server)
     again = chat(server, LONG, max_tokens=4)
-    after = samples(server)
+    after = metric_samples(server)
     cached = again.usage.prompt_tokens_details.cached_tokens
     assert moved(before, after, "specllama:prompt_cache_loads_total") == 1
     assert moved(before, after, "llamacpp:prompt_tokens_cached_total") == cached
@@ -182,9 +172,9 @@ def test_decode_calls_and_tokens_are_those_the_answer_made(server: Server):
     """One slot: the target evaluated the prompt (less its last token, which the first round
     carries) in batches of up to 512, then one call a round of the pending token and its
     drafts; every call carried this one sequence."""
-    before = samples(server)
+    before = metric_samples(server)
     answer = chat(server, "Count from one to twelve.", max_tokens=20)
-    after = samples(server)
+    after = metric_samples(server)
     figures, usage = answer.model_extra["specllama"], answer.usage
     evaluated = usage.prompt_tokens - usage.prompt_tokens_details.cached_tokens
     rounds, drafted = figures["n_rounds"], figures["n_drafted"]

@@ -20,14 +20,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 from serving import (
-    AUTH,
     COUNTING,
     JSON_POST,
     KEY,
     Server,
     chat,
+    metric_samples,
     reference,
     run_target_alone,
     serve,
@@ -116,23 +115,12 @@ def test_answers_at_once_share_the_targets_decodes(server: Server):
     """Four answers together, none drafting: /metrics says the target's calls carried several
     sequences each (one step of every slot), and evaluated what the answers account for."""
 
-    def counts() -> dict[str, float]:
-        connection = http.client.HTTPConnection(*server.address, timeout=60)
-        connection.request("GET", "/metrics", headers=AUTH)
-        text = connection.getresponse().read().decode()
-        connection.close()
-        found = {}
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                if sample.labels.get("model") == "target":
-                    found[sample.name] = sample.value
-        return found
-
-    before = counts()
+    target = (("model", "target"),)
+    before = metric_samples(server)
     answers = at_once(server, PROMPTS, 24, extra_body={"specllama": {"drafter": "none"}})
-    after = counts()
+    after = metric_samples(server)
     calls, sequences, tokens = (
-        after[name] - before[name]
+        after[name, target] - before[name, target]
         for name in (
             "specllama:decode_calls_total",
             "specllama:decode_sequences_total",
