@@ -12,6 +12,9 @@ server process: C clients start together, each sends its requests one after anot
 phase sends max(C, 4) requests in all (so C = 1 sends four in a row): half of them code edits
 that copy a file (the bundled bench prompts' code-editing category), half questions that do not
 (its qa category). Greedy, streamed, the tokens counted from the usage each server reports.
+At C = 4 this is issue 53's own workload: four clients at once, two code edits that copy a
+15-line file back with a change, two free answers. The repeats go round every C and server in
+turn, so that a machine whose speed drifts drifts for all alike.
 
 Printed per server and C: aggregate tokens/s (all answers' tokens / the phase's wall time),
 p50 and p95 time to first token, medians over the repeats with their spread; then where the
@@ -19,7 +22,8 @@ aggregate went, read off each server's /metrics after the phase (llama-server ne
 `--metrics`): the target's llama_decode calls per generated token, the slots each call
 carried (llama-server: the busy slots, `n_busy_slots_per_decode`), and the drafted and
 accepted tokens; for specllama also the target's tokens per call and the draft model's calls
-and share of the decode time. `--json FILE` keeps every phase's figures.
+and share of the decode time. Last, per C, the first server's aggregate over each other's in the
+same repeat (median and range). `--json FILE` keeps every phase's figures.
 """
 
 from __future__ import annotations
@@ -157,6 +161,56 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
 
 
+def run_phase(command: str, clients: int, max_tokens: int) -> dict:
+    """One phase on a fresh server: its figures, and where its aggregate went."""
+    port = free_port()
+    process = start(command.replace("{C}", str(clients)), port)
+    try:
+        rate, ttfts, generated, wall = phase(port, clients, max_tokens)
+        went = where_it_went(metrics(port), generated, wall)
+    finally:
+        process.terminate()
+        process.wait(timeout=60)
+    return {"server": command, "clients": clients, "tokens_per_s": rate, "ttft_s": ttfts} | {
+        "generated": generated,
+        "went": went,
+    }
+
+
+def print_summary(phases: list[dict], servers: list[str], counts: list[int]) -> None:
+    """Per server and C: the median aggregate over the repeats with its range, and the time to
+    first token; per C, each server's runs against the first server's in the same repeat."""
+    print(f"{'server':<60} {'C':>2} {'tok/s':>7} {'min-max':>12} {'ttft p50':>9} {'p95':>7}")
+    for command in servers:
+        for clients in counts:
+            mine = [p for p in phases if p["server"] == command and p["clients"] == clients]
+            rates = [p["tokens_per_s"] for p in mine]
+            p50 = statistics.median(percentile(p["ttft_s"], 0.5) for p in mine)
+            p95 = statistics.median(percentile(p["ttft_s"], 0.95) for p in mine)
+            spread = f"{min(rates):.1f}-{max(rates):.1f}"
+            print(
+                f"{command[:60]:<60} {clients:>2} {statistics.median(rates):>7.1f} {spread:>12} "
+                f"{p50:>9.2f} {p95:>7.2f}"
+            )
+    first = servers[0]
+    for command in servers[1:]:
+        print(f"{first[:30]} / {command[:30]}, per repeat (median, range):")
+        for clients in counts:
+            ratios = [
+                mine["tokens_per_s"] / theirs["tokens_per_s"]
+                for mine in phases
+                for theirs in phases
+                if mine["server"] == first
+                and theirs["server"] == command
+                and mine["clients"] == theirs["clients"] == clients
+                and mine["repeat"] == theirs["repeat"]
+            ]
+            print(
+                f"  C={clients}: {statistics.median(ratios):.2f} "
+                f"({min(ratios):.2f}-{max(ratios):.2f})"
+            )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--server", action="append", required=True)
@@ -166,33 +220,16 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write every phase's figures here")
     args = parser.parse_args()
     phases: list[dict] = []
-    print(f"{'server':<60} {'C':>2} {'tok/s':>7} {'min-max':>12} {'ttft p50':>9} {'p95':>7}")
-    for command in args.server:
+    # Repeats outermost, servers innermost: each C's runs of the servers follow one another,
+    # so that a machine whose speed drifts (a shared VM) drifts for both alike.
+    for repeat in range(args.repeats):
         for clients in args.clients:
-            rates, p50s, p95s = [], [], []
-            for _ in range(args.repeats):
-                port = free_port()
-                process = start(command.replace("{C}", str(clients)), port)
-                try:
-                    rate, ttfts, generated, wall = phase(port, clients, args.max_tokens)
-                    went = where_it_went(metrics(port), generated, wall)
-                finally:
-                    process.terminate()
-                    process.wait(timeout=60)
-                rates.append(rate)
-                p50s.append(percentile(ttfts, 0.5))
-                p95s.append(percentile(ttfts, 0.95))
-                phases.append(
-                    {"server": command, "clients": clients, "tokens_per_s": rate}
-                    | {"ttft_s": ttfts, "generated": generated, **went}
-                )
-                print("    " + ", ".join(f"{k} {v:.2f}" for k, v in went.items()), flush=True)
-            spread = f"{min(rates):.1f}-{max(rates):.1f}"
-            print(
-                f"{command[:60]:<60} {clients:>2} {statistics.median(rates):>7.1f} {spread:>12} "
-                f"{statistics.median(p50s):>9.2f} {statistics.median(p95s):>7.2f}",
-                flush=True,
-            )
+            for command in args.server:
+                done = run_phase(command, clients, args.max_tokens)
+                phases.append(done | {"repeat": repeat})
+                figures = ", ".join(f"{k} {v:.2f}" for k, v in done["went"].items())
+                print(f"  {command[:50]} C={clients}: {done['tokens_per_s']:.1f} tok/s; {figures}")
+    print_summary(phases, args.server, args.clients)
     if args.json:
         args.json.write_text(json.dumps(phases, indent=1) + "\n", encoding="utf-8")
 
