@@ -90,6 +90,9 @@ class DepthTracking:
     def observe(self, round_) -> None:
         self.controller.observe(round_)
 
+    def in_batch(self, price: tuple[float, float] | None) -> None:
+        self.controller.in_batch(price)
+
 
 def main() -> None:
     for label, curves_file in DEPTH_CURVES.items():

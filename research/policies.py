@@ -84,6 +84,9 @@ class MatchGate:
     def observe(self, round_: object) -> None:
         pass
 
+    def in_batch(self, price: tuple[float, float] | None) -> None:
+        pass
+
 
 ORACLE = "oracle (upper bound)"
 LLAMA_GATES = {"ngram-simple-like": (12, 48), "ngram-mod-like": (24, 48)}
@@ -132,6 +135,9 @@ class KnownSurvival:
         return "", 0
 
     def observe(self, round_: object) -> None:
+        pass
+
+    def in_batch(self, price: tuple[float, float] | None) -> None:
         pass
 
 

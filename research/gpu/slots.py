@@ -219,7 +219,7 @@ def measure(args: argparse.Namespace) -> int:
 def fitted_line(steps: list[dict]) -> tuple[float, float] | None:
     """(a, b) in ms: the line `StepCosts` fits to the steps' medians (logits at every row, as
     a server's verify steps read them), each step added once; None if it fits none."""
-    from specllama.llama.sequences import StepCosts
+    from specllama.llama.step_costs import StepCosts
 
     points = [step for step in steps if step["rows"] == "all"]
     costs = StepCosts(window=max(len(points), 1))

@@ -53,6 +53,11 @@ class DraftController(Protocol):
     def observe(self, round_: RoundEvent) -> None:
         """What the last round drafted, what the target kept, and what it cost."""
 
+    def in_batch(self, price: tuple[float, float] | None) -> None:
+        """Before a round, beside other slots decoding together (a server's): (this round's
+        share of the batched step it joins, the seconds each drafted token adds to it); None
+        when the target runs for this answer alone."""
+
 
 class FixedLength:
     """Always draft the same number of tokens, from the first source offered; `pipelined`:
@@ -72,4 +77,7 @@ class FixedLength:
         return options[0][0], self.draft_max
 
     def observe(self, round_: RoundEvent) -> None:
+        pass
+
+    def in_batch(self, price: tuple[float, float] | None) -> None:
         pass

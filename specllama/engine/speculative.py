@@ -143,6 +143,7 @@ def generate(
                 plan = _Plan(GRAMMAR, len(forced), 0)
             else:
                 options = drafter.sources(context)
+                controller.in_batch(target.batch_price())
                 source, k = controller.choose(options, remaining=left, generated=stats.n_generated)
                 k = max(0, min(k, most))
                 ahead_max = _ahead_max(controller, source, k, left, room) if pipelining else 0

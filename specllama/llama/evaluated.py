@@ -64,6 +64,11 @@ class EvaluatedTokens:
     # client gone away stops its prompt within a chunk and a retry goes on from there.
     interrupted: Callable[[], bool] | None = None
 
+    def batch_price(self) -> tuple[float, float] | None:
+        """Beside other sequences decoded with it (a server's slots): (its share of the batched
+        step its next decode joins, the seconds each more token adds to it); None alone."""
+        return None
+
     def decode(
         self, tokens: Sequence[int], logits_at: Sequence[int] = (), *, copy: bool = True
     ) -> np.ndarray:

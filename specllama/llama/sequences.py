@@ -12,18 +12,17 @@ target, their draft tokens together in the draft model. A slot's long prompt goe
 Everything else a view does to its sequence (cut it back, save or load its state) happens under
 the model's lock, between steps.
 
-What a step cost is charged to its sequences by what each adds to it (`StepCosts`), not the
-whole step to each: a slot's speculation is then weighed on what its drafts cost the batch, so
-that drafts are long where a wider step costs little more (a GPU's slack) and short where every
-token costs its share (a CPU's full cores), as issue 42 asks of "speculation that knows the
-batch".
+What a step cost is charged to its sequences by what each adds to it
+(`specllama.llama.step_costs`), not the whole step to each: a slot's speculation is then weighed
+on what its drafts cost the batch, so that drafts are long where a wider step costs little more
+(a GPU's slack) and none where a drafted token costs what the step's own tokens do (a CPU's
+full cores).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +31,7 @@ import numpy as np
 
 from specllama.llama.backend import LlamaBackend
 from specllama.llama.evaluated import EvaluatedTokens, Part, SavedState
+from specllama.llama.step_costs import StepCosts
 
 
 @dataclass
@@ -105,6 +105,18 @@ class Stepper:
         with self._cond:
             return self._running <= 1
 
+    def price(self, model: LlamaBackend) -> tuple[float, float] | None:
+        """What a slot's next round in a step of `model` may expect to be charged: (its share
+        of a step of every running slot's pending token, what each drafted token adds up to
+        three times as many: `StepCosts.price`); None while at most one slot runs, or before
+        the model's first step."""
+        with self._cond:
+            slots = self._running
+            costs = self.costs.get(id(model))
+        if slots <= 1 or costs is None:
+            return None
+        return costs.price(slots, 4 * slots)
+
     def _ready(self) -> bool:
         # Every running slot is waiting: nothing more will join this step.
         return bool(self._pending) and len(self._pending) >= self._running
@@ -133,45 +145,6 @@ class Stepper:
                     request.rows, request.seconds = own, charge
                     request.done.set()
         self.steps += 1
-
-
-class StepCosts:
-    """What a model's steps cost by their width, as a line fitted to the recent steps: a step
-    of W tokens costs about a + b*W. A sequence with n of the W tokens is charged a/S + b*n
-    (S sequences in the step: its share of what any step costs, and its own tokens at the
-    margin), scaled so that the charges add up to what the step took. Alone in a step, a
-    sequence is charged all of it, as a model of its own would be."""
-
-    def __init__(self, window: int = 64) -> None:
-        self._steps: deque[tuple[int, float]] = deque(maxlen=window)  # (tokens, seconds)
-
-    def add(self, tokens: int, seconds: float) -> None:
-        self._steps.append((tokens, seconds))
-
-    def line(self) -> tuple[float, float]:
-        """(a, b), both at least 0; (0, mean cost per token) until the widths seen vary: every
-        token then pays alike, which keeps drafts short until the batch has shown slack."""
-        widths = np.array([tokens for tokens, _ in self._steps], dtype=np.float64)
-        seconds = np.array([took for _, took in self._steps], dtype=np.float64)
-        if len(widths) == 0:
-            return 0.0, 1.0
-        per_token = float(seconds.sum() / widths.sum())
-        if len(widths) < 8 or widths.var() < 1.0:
-            return 0.0, per_token
-        slope = float(np.cov(widths, seconds, bias=True)[0, 1] / widths.var())
-        intercept = float(seconds.mean() - slope * widths.mean())
-        if slope < 0 or intercept < 0:
-            return 0.0, per_token
-        return intercept, slope
-
-    def charges(self, sizes: Sequence[int], seconds: float) -> list[float]:
-        """Each sequence's share of a step of `sizes` tokens that took `seconds`."""
-        if len(sizes) == 1:
-            return [seconds]
-        fixed, per_token = self.line()
-        shares = [fixed / len(sizes) + per_token * n for n in sizes]
-        total = sum(shares)
-        return [seconds * share / total for share in shares]
 
 
 def _fitting(requests: list[_Request], n_batch: int) -> list[list[_Request]]:
@@ -223,6 +196,9 @@ class SequenceView(EvaluatedTokens):
     @property
     def waited_seconds(self) -> float:  # type: ignore[override]
         return self.clock.seconds
+
+    def batch_price(self) -> tuple[float, float] | None:
+        return self.stepper.price(self.model)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.model, name)  # vocabulary, name, chat template, ...

@@ -478,6 +478,9 @@ class AdaptiveController:
             source.hits *= self.forget
             source.misses *= self.forget
 
+    def in_batch(self, price: tuple[float, float] | None) -> None:
+        self.live.in_batch(price)
+
     def observe(self, round_: RoundEvent) -> None:
         self.round += 1
         self._plain_seen |= not round_.n_drafted

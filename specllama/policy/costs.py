@@ -242,6 +242,9 @@ class LiveCosts:
         self.overhead = {kind: _Overhead() for kind in kinds}
         if costs.learnt is not None:
             self._start_from(costs.learnt)
+        # Beside other slots: (this slot's share of the batched step its rounds join, what a
+        # drafted token adds to it), the stepper's measure (`in_batch`); None alone.
+        self.batch_price: tuple[float, float] | None = None
         self.version = 0  # bumped when the costs moved enough for a cached table to be redone
         self._at_version = self._snapshot()
 
@@ -269,7 +272,23 @@ class LiveCosts:
     # -- the model --------------------------------------------------------------------------
 
     def verify(self, n: int) -> float:
+        """V(n). Beside other slots, a round's pending token costs its share of the step and
+        each drafted token what it adds to the step, as the stepper measures them for the
+        batch: a curve learnt size by size from this slot's own rounds (alone, mostly) would
+        find that out only by drafting at a loss."""
+        if self.batch_price is not None:
+            share, per_token = self.batch_price
+            return share + per_token * (n - 1)
         return self.verify_curve(n)
+
+    def in_batch(self, price: tuple[float, float] | None) -> None:
+        """The stepper's price of the step this slot's next round joins (see `verify`); kept
+        as it was while it moves less than 2% (the rate tables are redone when it moves)."""
+        old = self.batch_price
+        if price and old and all(abs(new - was) <= 0.02 * was for new, was in zip(price, old)):
+            return
+        self.batch_price = price
+        self._bump_version()
 
     @property
     def draft_scale(self) -> float:
@@ -311,7 +330,10 @@ class LiveCosts:
 
     def optimistic_round(self, kind: str, k: int) -> float:
         """C_s(k) with V at its plausible best (`VerifyCurve.optimistic`): what a draft longer
-        than any batch seen may cost where the calibration's shape is not trusted."""
+        than any batch seen may cost where the calibration's shape is not trusted (beside
+        other slots, the stepper's price is measured: no better is plausible)."""
+        if self.batch_price is not None:
+            return self.round(kind, k)
         return self._round(kind, k, self.verify_curve.optimistic(k + 1))
 
     def _round(self, kind: str, k: int, verify_s: float) -> float:

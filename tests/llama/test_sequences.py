@@ -13,7 +13,6 @@ from specllama.llama.backend import LlamaBackend
 from specllama.llama.evaluated import Part
 from specllama.llama.sequences import (
     SequenceView,
-    StepCosts,
     Stepper,
     WaitClock,
     _fitting,
@@ -140,27 +139,6 @@ def test_requests_are_split_into_batches_the_context_takes():
         for batch in _fitting([request(n) for n in (30, 30, 10, 64, 1)], 64)
     ]
     assert sizes == [[30, 30], [10], [64], [1]]
-
-
-def test_a_step_is_charged_by_what_each_sequence_adds_to_it():
-    """Steps that cost 50 ms + 10 ms a token: a slot with 1 token beside one with 9 pays its
-    share of the 50 and its own 10; alone it pays the whole step."""
-    costs = StepCosts()
-    for width in (1, 2, 4, 8, 16, 32, 64, 128):
-        costs.add(width, 0.050 + 0.010 * width)
-    fixed, per_token = costs.line()
-    assert fixed == pytest.approx(0.050) and per_token == pytest.approx(0.010)
-    one, nine = costs.charges([1, 9], 0.150)
-    assert one == pytest.approx(0.035) and nine == pytest.approx(0.115)
-    assert costs.charges([5], 0.2) == [0.2]
-
-
-def test_until_widths_vary_every_token_pays_alike():
-    costs = StepCosts()
-    for _ in range(10):
-        costs.add(4, 0.1)
-    assert costs.line() == (0.0, pytest.approx(0.025))
-    assert costs.charges([1, 3], 0.1) == [pytest.approx(0.025), pytest.approx(0.075)]
 
 
 def test_a_sequence_in_a_shared_step_is_charged_its_share_and_waits_the_rest(shared):

@@ -375,6 +375,33 @@ def test_a_long_copy_trusts_the_calibration_only_as_far_as_it_measured():
         assert copy_rounds(AdaptiveController(prior), 1, match=64)[0] <= 4
 
 
+def batched_copy_rounds(price, rounds=12, match=LONG_COPY):
+    """A copy accepted in full, drafted by a slot beside others in steps priced `price`
+    (share, seconds a drafted token adds), on the stepped EPYC's calibration (alone, its
+    batches pay); each round charged as the stepper charges it. The lengths drafted."""
+    controller, name = AdaptiveController(CPU_STEPPED), f"ngram{match}"
+    share, per_token = price
+    drafted, generated = [], 0
+    for _ in range(rounds):
+        controller.in_batch(price)
+        source, k = controller.choose([(name, 0)], remaining=500, generated=generated)
+        controller.observe(RoundEvent(k, k, 0.0, share + per_token * k, source))
+        drafted.append(k)
+        generated += k + 1
+    return drafted
+
+
+def test_beside_other_slots_a_copy_drafts_only_where_the_batch_has_slack():
+    """The stepper's prices as recorded on the 2-core EPYC (tests/llama/recorded_steps.json):
+    four slots, 29 ms a slot and 31 ms a drafted token (no slack: a copy's drafts would lower
+    the batch's tokens per second), eight slots, 37 ms and 20 ms (slack), and a GPU's batch
+    (7 ms a step, 0.3 ms a token). Alone, the same copy drafts long at once."""
+    assert copy_rounds(AdaptiveController(CPU_STEPPED), 1, match=LONG_COPY)[0] > 16
+    assert batched_copy_rounds((0.029, 0.031)) == [0] * 12
+    assert max(batched_copy_rounds((0.037, 0.020))) >= 4
+    assert max(batched_copy_rounds((0.0009, 0.0003))) >= 16
+
+
 def test_an_answer_given_again_is_drafted_at_once():
     """The same 48-token answer again, with the memory of the first (a match as long as any):
     a long draft from the first drafting round instead of the ramp's 4, 16, ..., on the
