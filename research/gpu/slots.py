@@ -231,6 +231,32 @@ def fitted_line(steps: list[dict]) -> tuple[float, float] | None:
     return 1000 * a, 1000 * b
 
 
+def batch_price_lines(ordered: list[dict], full: int, top: int) -> list[str]:
+    """What a slot's controller is told in a full batch (`Stepper.price`: `StepCosts.price`
+    over the steps measured, read near the full batch's widths) and the draft lengths it makes
+    best: the policy a server's slots follow (issue 53), beside the line's."""
+    from specllama.llama.step_costs import StepCosts
+
+    costs = StepCosts(window=len(ordered))
+    for st in ordered:
+        if st["rows"] == "all":
+            costs.add(st["width"], st["ms"] / 1000)
+    share, per_token = (1000 * x for x in costs.price(full, 4 * full))
+    lines = [
+        "",
+        f"The stepper's price in a full batch (S={full}): a slot's share {share:.2f} ms, "
+        f"a drafted token {per_token:.3f} ms (the steps' slope near their widths); the "
+        "draft length it makes best, drafts free:",
+        "",
+        "| acceptance | best k, full batch, stepper's price |",
+        "|---:|---:|",
+    ]
+    for acc in ACCEPTANCE:
+        k = best_k(acc, lambda k: share + per_token * k, range(top + 1))
+        lines.append(f"| {acc} | {k} |")
+    return lines
+
+
 def best_k(a: float, charge, ks: range) -> int:
     """The draft length with the most expected tokens per charged ms (drafts taken as free:
     n-gram lookup; a draft model's steps would add theirs)."""
@@ -306,6 +332,7 @@ def table(result: dict) -> str:
             alone_k = best_k(acc, lambda k: a + b * (k + 1), range(top + 1))
             full_k = best_k(acc, lambda k: a / full + b * (k + 1), range(top + 1))
             lines.append(f"| {acc} | {alone_k} | {full_k} |")
+        lines += batch_price_lines(ordered, full, top)
     if result["throughput"]:
         one = next((run for run in result["throughput"] if run["slots"] == 1), None)
         lines += [
