@@ -21,6 +21,7 @@ full cores).
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -54,6 +55,7 @@ class Stepper:
         self._stopping = False
         self.locks: dict[int, threading.Lock] = {}  # per model: llama.cpp calls off the step
         self.costs: dict[int, StepCosts] = {}  # per model
+        self._prompting: dict[int, frozenset[int]] = {}  # per model: prompts in its last step
         self.steps = 0
 
     def lock(self, model: LlamaBackend) -> threading.Lock:
@@ -105,17 +107,24 @@ class Stepper:
         with self._cond:
             return self._running <= 1
 
-    def price(self, model: LlamaBackend) -> tuple[float, float] | None:
-        """What a slot's next round in a step of `model` may expect to be charged: (its share
-        of a step of every running slot's pending token, what each drafted token adds up to
-        three times as many: `StepCosts.price`); None while at most one slot runs, or before
-        the model's first step."""
+    def price(self, model: LlamaBackend, seq: int) -> tuple[float, float] | None:
+        """What sequence `seq`'s next round in a step of `model` may expect to be charged: (its
+        share of a step of every running slot's pending token, what each drafted token adds up
+        to three times as many: `StepCosts.price`); None while at most one slot runs, or
+        before the model's first step.
+
+        While another slot's prompt is going in, a drafted token is priced out of reach: it
+        would delay that client's first token by what it adds to the step, and a client
+        waiting for its first token waits on the whole prompt (prefill first, as
+        llama-server's slots, which decode one token a step meanwhile)."""
         with self._cond:
             slots = self._running
             costs = self.costs.get(id(model))
+            prompting = self._prompting.get(id(model), frozenset()) - {seq}
         if slots <= 1 or costs is None:
             return None
-        return costs.price(slots, 4 * slots)
+        share, per_token = costs.price(slots, 4 * slots)
+        return (share, math.inf) if prompting else (share, per_token)
 
     def _ready(self) -> bool:
         # Every running slot is waiting: nothing more will join this step.
@@ -127,6 +136,9 @@ class Stepper:
             by_model.setdefault(id(request.model), []).append(request)
         for group in by_model.values():
             model = group[0].model
+            prompts = frozenset(r.part.seq for r in group if _is_prompt(r.part))
+            with self._cond:
+                self._prompting[id(model)] = prompts
             for chunk in _fitting(group, model.n_batch):
                 started = time.perf_counter()
                 try:
@@ -145,6 +157,11 @@ class Stepper:
                     request.rows, request.seconds = own, charge
                     request.done.set()
         self.steps += 1
+
+
+def _is_prompt(part: Part) -> bool:
+    """A chunk of a prompt (logits at its last token at most), not a verify or one token."""
+    return len(part.tokens) > 1 and len(part.logits_at) < len(part.tokens)
 
 
 def _fitting(requests: list[_Request], n_batch: int) -> list[list[_Request]]:
@@ -198,7 +215,7 @@ class SequenceView(EvaluatedTokens):
         return self.clock.seconds
 
     def batch_price(self) -> tuple[float, float] | None:
-        return self.stepper.price(self.model)
+        return self.stepper.price(self.model, self.seq)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.model, name)  # vocabulary, name, chat template, ...

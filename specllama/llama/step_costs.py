@@ -39,26 +39,31 @@ class StepCosts:
         return _line(list(self._steps))
 
     def marginal(self, low: int, high: int) -> float:
-        """Seconds a token adds to a step between `low` and `high` tokens wide: the slope of
-        the recent steps from half `low` to twice `high` tokens; their mean cost per token
-        while their widths do not vary (every token pays alike: drafts stay short until the
-        batch shows slack, or while there are few); the line over every width where no
-        recent step was near."""
+        """Seconds a token adds to a step between `low` and `high` tokens wide (`price`)."""
         return self.price(low, high)[1]
 
     def price(self, sequences: int, high: int) -> tuple[float, float]:
         """(share, per_token): what a step of `sequences` tokens, one a sequence, costs each of
-        them, and what a token adds to it up to `high` tokens (`marginal`), both read off the
-        recent steps near those widths: the charges a sequence can expect for its next round."""
+        them, and what a token adds to it up to `high` tokens: the charges a sequence can
+        expect for its next round. Read off the recent steps near those widths (half
+        `sequences` to twice `high` tokens): their slope, and the step it puts at `sequences`.
+        While those steps do not vary in width (slots that have not drafted beside each other
+        yet), what a token adds is the slope over every recent width, prompt chunks' too (on
+        a CPU cheaper a token than drafts in a full batch), so that a batch's slack is tried,
+        and seen, before it is taken to be absent; their mean per token is the share."""
         steps = list(self._steps)  # one copy (atomic): the stepper's thread may add a step
         near = [(w, s) for w, s in steps if sequences / 2 <= w <= 2 * high]
         if not near:
             fixed, per_token = _line(steps)
             return fixed / sequences + per_token, per_token
-        per_token = _slope(near)
         widths, seconds = _arrays(near)
-        plain = float(seconds.mean() + per_token * (sequences - widths.mean()))
-        if plain <= 0:  # the slope overstates the narrowest steps: every token pays alike
+        plain = 0.0
+        if len(near) >= MIN_STEPS and widths.var() >= 1.0:
+            per_token = _slope(near)
+            plain = float(seconds.mean() + per_token * (sequences - widths.mean()))
+        else:
+            per_token = _line(steps)[1]
+        if plain <= 0:  # no slope near, or one that overstates the narrowest steps
             plain = float(seconds.sum() / widths.sum()) * sequences
         return plain / sequences, per_token
 

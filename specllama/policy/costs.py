@@ -277,8 +277,8 @@ class LiveCosts:
         batch: a curve learnt size by size from this slot's own rounds (alone, mostly) would
         find that out only by drafting at a loss."""
         if self.batch_price is not None:
-            share, per_token = self.batch_price
-            return share + per_token * (n - 1)
+            share, per_token = self.batch_price  # per_token may be inf: no draft is worth it
+            return share + per_token * (n - 1) if n > 1 else share
         return self.verify_curve(n)
 
     def in_batch(self, price: tuple[float, float] | None) -> None:

@@ -5,12 +5,15 @@ every target llama_decode of one `concurrent_clients.py` phase at C = 4 and at C
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from specllama.llama.sequences import Stepper
+from specllama.llama.evaluated import Part
+from specllama.llama.sequences import Stepper, _Request
 from specllama.llama.step_costs import StepCosts
 
 RECORDED = json.loads((Path(__file__).parent / "recorded_steps.json").read_text())
@@ -53,6 +56,21 @@ def test_the_margin_is_read_near_the_step_not_off_a_prompt_chunk():
     assert charges[0] - charges[1] == pytest.approx(6 * 0.035)
 
 
+def test_a_batch_that_has_not_drafted_yet_is_priced_so_that_its_slack_is_tried():
+    """Two slots' plain steps (80 ms) beside prompt chunks (15 ms a token): with no step near
+    that drafted, a drafted token is priced by the line through every width (the chunks'
+    ~15 ms), not at the plain steps' 40 ms a token, which no draft could beat and so no step
+    would ever show wrong."""
+    costs = StepCosts()
+    for _ in range(2):
+        costs.add(256, 256 * 0.015)
+    for _ in range(10):
+        costs.add(2, 0.080)
+    share, per_token = costs.price(2, 8)
+    assert share == pytest.approx(0.040)
+    assert per_token == pytest.approx(0.015, rel=0.05)
+
+
 def _replay(steps: list[list]) -> tuple[list[float], list[float]]:
     """Each recorded verify step with drafts (S < W <= 4S tokens), before it is added: the
     relative error of what its drafts added (its seconds less the median plain step of S
@@ -86,12 +104,13 @@ def test_in_a_compute_bound_batch_a_copy_does_not_draft():
     """Four slots on the 2-core EPYC (recorded): a drafted token adds about what the plain
     step costs a token, so even a copy accepted at 90% lowers the batch's tokens per second by
     drafting, and what the replay charges a drafted token at the full batch's verify steps
-    says so (the line through the prompt chunks charged ~16 ms, half, and drafted)."""
+    says so, once those steps were seen (before, the line through the prompt chunks charges
+    ~16 ms, half: that is how the first drafts beside other slots find out)."""
     steps = RECORDED["epyc-c4"]
     plain = statistics.median(s for n, w, s in steps if n == w == 4)
     costs, margins = StepCosts(), []
     for sequences, tokens, seconds in steps:
-        if sequences == 4 < tokens:
+        if sequences == 4 < tokens <= 16:  # a verify with drafts
             margins.append(costs.marginal(sequences, tokens))
         costs.add(tokens, seconds)
     margin = statistics.median(margins)
@@ -107,13 +126,37 @@ def test_a_slot_beside_others_is_told_the_price_of_its_step_and_alone_it_is_not(
     plain step (40 ms) and what a drafted token adds; alone, or before any step, nothing."""
     stepper, model = Stepper(), object()
     stepper.enter()
-    assert stepper.price(model) is None
+    assert stepper.price(model, 0) is None
     stepper.enter()
-    assert stepper.price(model) is None
+    assert stepper.price(model, 0) is None
     costs = stepper.costs.setdefault(id(model), StepCosts())
     for extra in (0, 2, 0, 4, 0, 1, 0, 3):
         costs.add(2 + extra, 0.080 + 0.030 * extra)
-    share, per_token = stepper.price(model)
+    share, per_token = stepper.price(model, 0)
     assert share == pytest.approx(0.040) and per_token == pytest.approx(0.030)
     stepper.leave()
-    assert stepper.price(model) is None
+    assert stepper.price(model, 0) is None
+
+
+class _Model:
+    """What the stepper asks of a model: its batch size and a step (rows of zeros)."""
+
+    n_batch = 512
+
+    def decode_parts(self, parts: list[Part]) -> list[np.ndarray]:
+        return [np.zeros((len(part.logits_at), 4), dtype=np.float32) for part in parts]
+
+
+def test_while_another_slot_prompt_goes_in_no_draft_is_worth_its_delay():
+    """A step that carried slot 0's prompt chunk beside slot 1's token: slot 1 is told a drafted
+    token costs more than any draft can bring (it would delay slot 0's first token); slot 0,
+    whose own prompt it was, is priced as usual, and so is slot 1 after a step of tokens."""
+    stepper, model = Stepper(), _Model()
+    stepper.enter()
+    stepper.enter()
+    step = [_Request(model, Part(0, 0, [1] * 10, [9])), _Request(model, Part(1, 5, [2], [0]))]
+    stepper._step(step)
+    assert stepper.price(model, 1)[1] == math.inf
+    assert stepper.price(model, 0)[1] < math.inf
+    stepper._step([_Request(model, Part(0, 10, [3], [0])), _Request(model, Part(1, 6, [4], [0]))])
+    assert stepper.price(model, 1)[1] < math.inf

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from dataclasses import replace
 from pathlib import Path
@@ -385,7 +386,8 @@ def batched_copy_rounds(price, rounds=12, match=LONG_COPY):
     for _ in range(rounds):
         controller.in_batch(price)
         source, k = controller.choose([(name, 0)], remaining=500, generated=generated)
-        controller.observe(RoundEvent(k, k, 0.0, share + per_token * k, source))
+        controller.observe(RoundEvent(k, k, 0.0, share + per_token * k if k else share, source))
+        assert math.isfinite(controller.live.plain())
         drafted.append(k)
         generated += k + 1
     return drafted
@@ -400,6 +402,7 @@ def test_beside_other_slots_a_copy_drafts_only_where_the_batch_has_slack():
     assert batched_copy_rounds((0.029, 0.031)) == [0] * 12
     assert max(batched_copy_rounds((0.037, 0.020))) >= 4
     assert max(batched_copy_rounds((0.0009, 0.0003))) >= 16
+    assert batched_copy_rounds((0.5, math.inf)) == [0] * 12  # another slot's prompt goes in
 
 
 def test_an_answer_given_again_is_drafted_at_once():
