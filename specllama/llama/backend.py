@@ -144,6 +144,8 @@ class LlamaBackend(EvaluatedTokens):
         if not self._model:
             raise ModelLoadError(f"llama.cpp could not load {self.path}")
         self._vocab = llama_cpp.llama_model_get_vocab(self._model)
+        self._eog: dict[int, bool] = {}  # is_eog, token_bytes: cached per token
+        self._pieces: dict[tuple[int, bool], bytes] = {}
 
         threads = n_threads or default_threads()
         self.n_threads = threads
@@ -287,7 +289,12 @@ class LlamaBackend(EvaluatedTokens):
         return self._lib.llama_vocab_get_text(self._vocab, token) or b""
 
     def is_eog(self, token: int) -> bool:
-        return bool(self._lib.llama_vocab_is_eog(self._vocab, token))
+        # Cached, as token_bytes: a call into llama.cpp lets go of the GIL, and beside other
+        # slots' threads getting it back can cost more than the call.
+        known = self._eog.get(token)
+        if known is None:
+            known = self._eog[token] = bool(self._lib.llama_vocab_is_eog(self._vocab, token))
+        return known
 
     def tokenize(self, text: str, *, add_bos: bool = True, special: bool = True) -> list[int]:
         """Text -> ids. `special` parses control tokens written in the text (chat templates)."""
@@ -305,6 +312,12 @@ class LlamaBackend(EvaluatedTokens):
 
     def token_bytes(self, token: int, *, special: bool = False) -> bytes:
         """One token's bytes (may be part of a UTF-8 character); control tokens render empty."""
+        known = self._pieces.get((token, special))
+        if known is None:
+            known = self._pieces[token, special] = self._token_bytes(token, special)
+        return known
+
+    def _token_bytes(self, token: int, special: bool) -> bytes:
         buf = ctypes.create_string_buffer(64)
         n = self._lib.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, special)
         if n < 0:

@@ -227,8 +227,7 @@ class SequenceView(EvaluatedTokens):
         whole batch's worth while no other slot runs); the rows are always copies."""
         self.model.check_fits(self.n_past + len(tokens))
         wanted = sorted(set(logits_at))
-        out = np.empty((len(wanted), self.model.n_vocab), dtype=np.float32)
-        filled = 0
+        pieces = []  # each chunk's rows (copies already: a verify's one chunk is returned as is)
         start = 0
         while start < len(tokens):
             if start:  # a prompt, one chunk a step: its client may have gone meanwhile
@@ -245,14 +244,20 @@ class SequenceView(EvaluatedTokens):
             asked = time.perf_counter()
             rows, seconds = self.stepper.decode(self.model, part)
             self.clock.seconds += max(time.perf_counter() - asked - seconds, 0.0)
-            out[filled : filled + len(in_chunk)] = rows
-            filled += len(in_chunk)
+            if in_chunk:
+                pieces.append(rows)
             self.tokens.extend(chunk)
             self.decode_seconds += seconds
+        out = pieces[0] if len(pieces) == 1 else self._joined(pieces)
         if list(logits_at) == wanted:
             return out
         row_of = {position: row for row, position in enumerate(wanted)}
         return out[[row_of[i] for i in logits_at]]
+
+    def _joined(self, pieces: list[np.ndarray]) -> np.ndarray:
+        if not pieces:
+            return np.empty((0, self.model.n_vocab), dtype=np.float32)
+        return np.concatenate(pieces)
 
     def _forget(self, n_past: int) -> None:
         with self.stepper.lock(self.model):

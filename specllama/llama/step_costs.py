@@ -29,9 +29,11 @@ class StepCosts:
 
     def __init__(self, window: int = 64) -> None:
         self._steps: deque[tuple[int, float]] = deque(maxlen=window)
+        self._prices: dict[tuple[int, int], tuple[float, float]] = {}  # until the next step
 
     def add(self, tokens: int, seconds: float) -> None:
         self._steps.append((tokens, seconds))
+        self._prices = {}
 
     def line(self) -> tuple[float, float]:
         """(a, b), both at least 0: a step of W tokens costs about a + b*W over every recent
@@ -51,6 +53,12 @@ class StepCosts:
         yet), what a token adds is the slope over every recent width, prompt chunks' too (on
         a CPU cheaper a token than drafts in a full batch), so that a batch's slack is tried,
         and seen, before it is taken to be absent; their mean per token is the share."""
+        prices = self._prices  # every slot asks after each step: one fit serves them all
+        if (sequences, high) not in prices:
+            prices[sequences, high] = self._price(sequences, high)
+        return prices[sequences, high]
+
+    def _price(self, sequences: int, high: int) -> tuple[float, float]:
         steps = list(self._steps)  # one copy (atomic): the stepper's thread may add a step
         near = [(w, s) for w, s in steps if sequences / 2 <= w <= 2 * high]
         if not near:

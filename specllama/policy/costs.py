@@ -283,9 +283,10 @@ class LiveCosts:
 
     def in_batch(self, price: tuple[float, float] | None) -> None:
         """The stepper's price of the step this slot's next round joins (see `verify`); kept
-        as it was while it moves less than 2% (the rate tables are redone when it moves)."""
+        as it was while it moves less than 10% (the rate tables are redone when it moves: a
+        step's price moves a little every step, and a table costs ~0.5 ms of a slot's turn)."""
         old = self.batch_price
-        if price and old and all(abs(new - was) <= 0.02 * was for new, was in zip(price, old)):
+        if price and old and all(abs(new - was) <= 0.1 * was for new, was in zip(price, old)):
             return
         self.batch_price = price
         self._bump_version()

@@ -15,6 +15,7 @@ import contextlib
 import logging
 import threading
 import time
+import weakref
 from collections.abc import AsyncIterator, Callable
 
 from specllama.llama.evaluated import DecodeInterrupted
@@ -31,6 +32,39 @@ class QueueFull(Exception):
     pass
 
 
+class _Handoff:
+    """Outputs from the slots' threads to one event loop, with one wake-up of the loop for
+    a burst of them: after a step every running slot emits, and a wake-up is a write to the
+    loop's socket, a call that lets go of the GIL, which a slot's thread can then wait
+    milliseconds to get back beside the others (the step waits for the last slot)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._lock = threading.Lock()
+        self._items: list[tuple[asyncio.Queue[Output], Output]] = []
+        self._scheduled = False
+
+    def put(self, queue: asyncio.Queue[Output], output: Output) -> None:
+        with self._lock:
+            self._items.append((queue, output))
+            if self._scheduled:
+                return
+            self._scheduled = True
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the server is stopping
+            self._loop.call_soon_threadsafe(self._drain)
+
+    def _drain(self) -> None:
+        with self._lock:
+            items, self._items, self._scheduled = self._items, [], False
+        for queue, output in items:
+            queue.put_nowait(output)
+
+
+_handoffs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Handoff] = (
+    weakref.WeakKeyDictionary()
+)
+
+
 class Job:
     """A queued or running generation, and the outputs it has produced so far."""
 
@@ -39,13 +73,13 @@ class Job:
         self.state = "waiting"  # -> "running" -> "done", or "cancelled"
         self.cancelled = threading.Event()
         self.progress: dict[str, object] = {}  # the answer's figures so far (Text.progress)
-        self._loop = asyncio.get_running_loop()
+        loop = asyncio.get_running_loop()
+        self._handoff = _handoffs.get(loop) or _handoffs.setdefault(loop, _Handoff(loop))
         self._outputs: asyncio.Queue[Output] = asyncio.Queue()
 
     def emit(self, output: Output) -> None:
         """From the worker thread: hand an output to the request's event loop."""
-        with contextlib.suppress(RuntimeError):  # the loop is closed: the server is stopping
-            self._loop.call_soon_threadsafe(self._outputs.put_nowait, output)
+        self._handoff.put(self._outputs, output)
 
     async def outputs(self, every: float | None = None) -> AsyncIterator[Output | None]:
         """Text pieces, then Done or Failed (Failed(Cancelled()) once cancelled); None after
