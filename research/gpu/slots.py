@@ -33,6 +33,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -216,16 +217,25 @@ def measure(args: argparse.Namespace) -> int:
 # -- the line and the table ---------------------------------------------------------------------
 
 
-def fitted_line(steps: list[dict]) -> tuple[float, float] | None:
-    """(a, b) in ms: the line `StepCosts` fits to the steps' medians (logits at every row, as
-    a server's verify steps read them), each step added once; None if it fits none."""
+if TYPE_CHECKING:
     from specllama.llama.step_costs import StepCosts
 
-    points = [step for step in steps if step["rows"] == "all"]
+
+def step_costs(points: list[dict]) -> StepCosts:
+    """A `StepCosts` that has seen each of these steps' medians once, in seconds."""
+    from specllama.llama.step_costs import StepCosts
+
     costs = StepCosts(window=max(len(points), 1))
     for step in points:
         costs.add(step["width"], step["ms"] / 1000)
-    a, b = costs.line()
+    return costs
+
+
+def fitted_line(steps: list[dict]) -> tuple[float, float] | None:
+    """(a, b) in ms: the line `StepCosts` fits to the steps' medians (logits at every row, as
+    a server's verify steps read them), each step added once; None if it fits none."""
+    points = [step for step in steps if step["rows"] == "all"]
+    a, b = step_costs(points).line()
     if len(points) < 8 or a == 0.0:  # StepCosts' fallback: a mean cost per token
         return None
     return 1000 * a, 1000 * b
@@ -235,13 +245,8 @@ def batch_price_lines(ordered: list[dict], full: int, top: int) -> list[str]:
     """What a slot's controller is told in a full batch (`Stepper.price`: `StepCosts.price`
     over the steps measured, read near the full batch's widths) and the draft lengths it makes
     best: the policy a server's slots follow (issue 53), beside the line's."""
-    from specllama.llama.step_costs import StepCosts
-
-    costs = StepCosts(window=len(ordered))
-    for st in ordered:
-        if st["rows"] == "all":
-            costs.add(st["width"], st["ms"] / 1000)
-    share, per_token = (1000 * x for x in costs.price(full, 4 * full))
+    points = [step for step in ordered if step["rows"] == "all"]
+    share, per_token = (1000 * x for x in step_costs(points).price(full, 4 * full))
     lines = [
         "",
         f"The stepper's price in a full batch (S={full}): a slot's share {share:.2f} ms, "

@@ -248,13 +248,16 @@ class SequenceView(EvaluatedTokens):
                 pieces.append(rows)
             self.tokens.extend(chunk)
             self.decode_seconds += seconds
-        out = pieces[0] if len(pieces) == 1 else self._joined(pieces)
+        out = self._joined(pieces)
         if list(logits_at) == wanted:
             return out
         row_of = {position: row for row, position in enumerate(wanted)}
         return out[[row_of[i] for i in logits_at]]
 
     def _joined(self, pieces: list[np.ndarray]) -> np.ndarray:
+        """The chunks' rows as one array: one chunk's as they came (a copy already)."""
+        if len(pieces) == 1:
+            return pieces[0]
         if not pieces:
             return np.empty((0, self.model.n_vocab), dtype=np.float32)
         return np.concatenate(pieces)

@@ -66,7 +66,7 @@ class StepCosts:
             return fixed / sequences + per_token, per_token
         widths, seconds = _arrays(near)
         plain = 0.0
-        if len(near) >= MIN_STEPS and widths.var() >= 1.0:
+        if _varied(widths):
             per_token = _slope(near)
             plain = float(seconds.mean() + per_token * (sequences - widths.mean()))
         else:
@@ -104,10 +104,15 @@ def _slope(steps: list[tuple[int, float]]) -> float:
     mean cost per token while there are few, their widths do not vary, or the slope is < 0."""
     widths, seconds = _arrays(steps)
     per_token = float(seconds.sum() / widths.sum())
-    if len(widths) < MIN_STEPS or widths.var() < 1.0:
+    if not _varied(widths):
         return per_token
     slope = float(np.cov(widths, seconds, bias=True)[0, 1] / widths.var())
     return slope if slope >= 0 else per_token
+
+
+def _varied(widths: np.ndarray) -> bool:
+    """Enough steps, of widths that differ enough, for a slope to say something."""
+    return len(widths) >= MIN_STEPS and widths.var() >= 1.0
 
 
 def _arrays(steps: list[tuple[int, float]]) -> tuple[np.ndarray, np.ndarray]:

@@ -286,6 +286,8 @@ class LiveCosts:
         as it was while it moves less than 10% (the rate tables are redone when it moves: a
         step's price moves a little every step, and a table costs ~0.5 ms of a slot's turn)."""
         old = self.batch_price
+        if price == old:  # alone (None), round after round: nothing to redo
+            return
         if price and old and all(abs(new - was) <= 0.1 * was for new, was in zip(price, old)):
             return
         self.batch_price = price
