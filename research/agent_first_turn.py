@@ -11,12 +11,16 @@ test_coding_agents.py pins, from `.agents/`) runs `claude -p TASK --max-turns 1`
 git repository with a home of its own, through a counting proxy, so that a retry shows whatever
 the server logs: printed per server are the wall time of the whole run (the agent's start to
 its exit), its exit status, the Messages requests it sent, and the ratio to the first server.
+The proxy also reads each streamed answer: its prompt's tokens (cached ones included), the
+seconds to its first piece (`content_block_delta`: the prefill), and the tokens it generated,
+so that a difference in the run's time is seen as prefill or as a longer answer.
 """
 
 from __future__ import annotations
 
 import argparse
 import http.client
+import json
 import os
 import statistics
 import subprocess
@@ -28,7 +32,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from agent_trace import free_port, start
+from agent_trace import free_port, start, warm_files
 
 ROOT = Path(__file__).resolve().parent.parent
 CLAUDE = ROOT / ".agents" / "node_modules" / ".bin" / "claude"
@@ -43,8 +47,39 @@ class CountingProxy(ThreadingHTTPServer):
     def __init__(self, upstream: int) -> None:
         self.upstream = upstream
         self.posts: dict[str, int] = {}
+        self.answers: list[Answer] = []
         self.lock = threading.Lock()
         super().__init__(("127.0.0.1", 0), _Relay)
+
+
+class Answer:
+    """What one streamed Messages answer said of itself, read off its events as they pass."""
+
+    def __init__(self) -> None:
+        self.sent = time.perf_counter()
+        self.first_s: float | None = None  # to the first piece of the answer
+        self.prompt_tokens = 0
+        self.output_tokens = 0
+        self._pending = b""
+
+    def feed(self, chunk: bytes) -> None:
+        *lines, self._pending = (self._pending + chunk).split(b"\n")
+        for line in lines:
+            if line.startswith(b"data: "):
+                self._event(json.loads(line[6:]))
+
+    def _event(self, event: dict) -> None:
+        kind = event.get("type")
+        if kind == "message_start":
+            usage = event["message"].get("usage", {})
+            self.prompt_tokens = sum(
+                usage.get(k) or 0
+                for k in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+            )
+        elif kind == "message_delta":
+            self.output_tokens = event.get("usage", {}).get("output_tokens", 0)
+        elif kind == "content_block_delta" and self.first_s is None:
+            self.first_s = time.perf_counter() - self.sent
 
 
 class _Relay(BaseHTTPRequestHandler):
@@ -63,6 +98,10 @@ class _Relay(BaseHTTPRequestHandler):
     def _relay(self, body: bytes | None) -> None:
         upstream = http.client.HTTPConnection("127.0.0.1", self.server.upstream, timeout=RUN_S)
         headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host",)}
+        answer = Answer() if self.path.startswith("/v1/messages") and body else None
+        if answer is not None:
+            with self.server.lock:
+                self.server.answers.append(answer)
         upstream.request(self.command, self.path, body, headers)
         response = upstream.getresponse()
         self.send_response(response.status)
@@ -72,6 +111,8 @@ class _Relay(BaseHTTPRequestHandler):
         self.send_header("Connection", "close")
         self.end_headers()
         while chunk := response.read1(65536):
+            if answer is not None:
+                answer.feed(chunk)
             self.wfile.write(chunk)
             self.wfile.flush()
         self.close_connection = True
@@ -105,15 +146,16 @@ def run_claude(base_url: str) -> tuple[float, int]:
         return time.perf_counter() - started, done.returncode
 
 
-def measure(command: str) -> tuple[float, int, int]:
-    """(the run's seconds, the agent's exit status, the Messages requests it sent)."""
+def measure(command: str) -> tuple[float, int, int, list[Answer]]:
+    """(the run's seconds, the agent's exit status, the Messages requests it sent, what each
+    streamed answer said of itself)."""
     port = free_port()
     process = start(command, port)
     proxy = CountingProxy(port)
     threading.Thread(target=proxy.serve_forever, daemon=True).start()
     try:
         seconds, status = run_claude(f"http://127.0.0.1:{proxy.server_address[1]}")
-        return seconds, status, proxy.posts.get("/v1/messages", 0)
+        return seconds, status, proxy.posts.get("/v1/messages", 0), proxy.answers
     finally:
         proxy.shutdown()
         process.terminate()
@@ -126,11 +168,19 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args()
     results: dict[str, list[tuple[float, int, int]]] = {s: [] for s in args.server}
+    warm_files(args.server)
     for _ in range(args.repeats):
         for server in args.server:  # interleaved, so that a drift hits both alike
-            measured = measure(server)
-            results[server].append(measured)
-            print(f"{server[:70]:<70} {measured[0]:8.1f} s exit {measured[1]}", flush=True)
+            seconds, status, requests, answers = measure(server)
+            results[server].append((seconds, status, requests))
+            print(f"{server[:70]:<70} {seconds:8.1f} s exit {status}", flush=True)
+            for answer in answers:
+                first = f"{answer.first_s:.1f} s" if answer.first_s is not None else "none"
+                print(
+                    f"    answer: {answer.prompt_tokens} prompt tokens, first piece {first}, "
+                    f"{answer.output_tokens} tokens generated",
+                    flush=True,
+                )
     print()
     print(f"{'server':<24} {'run s (min-max)':>22} {'exits':>8} {'requests':>9} ratio")
     first = statistics.median(t for t, _, _ in results[args.server[0]])

@@ -6,12 +6,14 @@
         --server "llama-server -m T.gguf -md D.gguf -t 2 -c 33792"
 
 Each --server is a command line serving an OpenAI API (the script adds `--port PORT`). Every
-measurement runs on a fresh server process, so nothing is cached: one streamed chat request
-whose user message is about LENGTH tokens of source code (this repository's own Python files,
-joined), greedy, `max_tokens` 1; the time from sending it to the first content token. Printed
-per length: each server's median time to first token with its spread over the repeats, the
-prompt's tokens as the server counted them, its prefill speed, and each server's time over the
-first one's (the ratio: above 1.0, slower than the first server).
+measurement runs on a fresh server process, so nothing is cached (but the files the commands
+name are read once first, so that no server reads its weights from disk during a prefill):
+one streamed chat request whose user message is about LENGTH tokens of source code (this
+repository's own Python files, joined), greedy, `max_tokens` 1; the time from sending it to
+the first content token. Printed per length: each server's median time to first token with
+its spread over the repeats, the prompt's tokens as the server counted them, its prefill speed,
+and each server's time over the first one's (the ratio: above 1.0, slower than the first
+server).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from agent_trace import free_port, start
+from agent_trace import free_port, start, warm_files
 
 ROOT = Path(__file__).resolve().parent.parent
 CHARS_PER_TOKEN = 3.2  # Python source through Qwen2.5's tokenizer, measured: a first guess
@@ -94,6 +96,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="write the measurements as JSON here")
     args = parser.parse_args()
     results: dict[str, dict[int, list[tuple[float, int]]]] = {s: {} for s in args.server}
+    warm_files(args.server)
     for length in args.lengths:
         messages = messages_for(length)
         for _ in range(args.repeats):
