@@ -23,7 +23,9 @@ from specllama.json_text import (
     decoded,
     elements,
     find,
+    member_at,
     skip_blanks,
+    string_at,
     value_end,
 )
 from specllama.tool_calls import (
@@ -207,7 +209,15 @@ class Hermes(ToolFormat):
         brace = text.index("{", begin)
         found = decoded(text, brace)
         if found is None:  # not whole yet: held (or never: then text, and broken, at the end)
-            return (Segment(text[begin:]), len(text), True) if final else None
+            if final:
+                return Segment(text[begin:]), len(text), True
+            # Once its name is whole and names no offered tool, it is text: sent on at once,
+            # not held to its end (a small Qwen model's fenced JSON ran 110 tokens, ~13 s of
+            # silence to Claude Code). What follows the name is read on as text is.
+            name = member_at(text, brace, ("name",))
+            if string_at(text, name) in self.names or name is None or name.end is None:
+                return None
+            return Segment(text[begin : name.end]), name.end, False
         data, end = found
         call = _named_call(data, self.names, text, brace)
         if call is None:  # JSON, but no call to an offered tool: text

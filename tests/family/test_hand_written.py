@@ -98,6 +98,22 @@ def test_answers_are_read_whole_and_streamed_alike(fmt, text, content, calls):
         assert result.content == content
 
 
+def test_fenced_json_naming_no_offered_tool_is_sent_on_once_its_name_is_whole():
+    # What Qwen2.5-Coder-0.5B wrote for Claude Code: held whole, its client heard nothing
+    # for the 110 tokens of it.
+    head = '```json\n{\n  "name": "gitStatus",'
+    text = head + '\n  "arguments": {"path": "/tmp/repo", "verbose": true}\n}\n```'
+    stream = CallStream(Hermes(NAMES))
+    sent = "".join(d.content for ch in head for d in stream.feed(ch))
+    assert sent == head  # before the object's end
+    rest = "".join(d.content for ch in text[len(head) :] for d in stream.feed(ch))
+    assert sent + rest + "".join(d.content for d in stream.finish()) == text
+    assert stream.result().calls == [] and not stream.result().broken
+    # An offered tool's name is not known to be one until its string is whole: held.
+    stream = CallStream(Hermes(NAMES))
+    assert "".join(d.content for ch in '```json\n{"name": "get_weat' for d in stream.feed(ch)) == ""
+
+
 def test_markup_never_reaches_the_content_while_streaming():
     text = 'Sure.\n<tool_call>\n{"name": "now", "arguments": {}}\n</tool_call>'
     stream = CallStream(Hermes(NAMES))
