@@ -218,10 +218,12 @@ class NgramDrafter:
         self.prediction: Prediction | None = None
         self.match: Match | None = None  # the last match found in the text itself
         self._found: _Found | None = None  # the longest match of the last text looked at
+        self._looked_at: tuple[int, int, int] | None = None  # that text (see `_lookup`)
 
     def use_prediction(self, prediction: Prediction | None) -> None:
         """Draft from the client's prediction of this answer (None: stop)."""
         self.prediction = prediction
+        self._looked_at = None
 
     def sources(self, context: Sequence[int]) -> list[tuple[str, int]]:
         """("ngramN", 0): the text's last N tokens occurred before; "ngramN-mixed" when their
@@ -252,6 +254,13 @@ class NgramDrafter:
         return found.continuation(n_max) if found is not None else []
 
     def _lookup(self, context: Sequence[int]) -> _Found | None:
+        # A round looks the same text up twice or three times (its sources, what it passed
+        # over, its draft): the text only grows within an answer, so its length and last token
+        # tell it again.
+        looked_at = (id(context), len(context), context[-1] if context else -1)
+        if looked_at == self._looked_at:
+            return self._found
+        self._looked_at = looked_at
         self.index.sync(context)
         self.match = self.index.longest_match()
         found = []
@@ -280,6 +289,7 @@ class NgramDrafter:
         return lambda n: self.index.continuation(match, n)
 
     def rewind(self, context: Sequence[int]) -> None:
+        self._looked_at = None  # the answer is over: its text may be built again elsewhere
         if self.prediction is not None:
             self.prediction.settle(context)
 

@@ -106,7 +106,8 @@ def _slope(steps: list[tuple[int, float]]) -> float:
     per_token = float(seconds.sum() / widths.sum())
     if not _varied(widths):
         return per_token
-    slope = float(np.cov(widths, seconds, bias=True)[0, 1] / widths.var())
+    dw = widths - widths.mean()  # least squares: sum(dw * ds) / sum(dw^2)
+    slope = float(np.dot(dw, seconds - seconds.mean()) / np.dot(dw, dw))
     return slope if slope >= 0 else per_token
 
 

@@ -74,6 +74,7 @@ chosen.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -161,6 +162,7 @@ def match_length(source: str) -> int:
     return int(source[len(NGRAM) :].removesuffix(MIXED) or 3)
 
 
+@functools.lru_cache(maxsize=256)  # a few names, asked for several times a round
 def lane_of(source: str) -> str:
     """The controller's statistics key for a source name: "ngramN" (a match of N tokens) is
     bucketed by NGRAM_LANES (1, 2, 3, 4-5, 6-11, 12-23, 24+), a mixed one as such up to 3;
@@ -209,7 +211,7 @@ class _RateTable:
         k = np.arange(k_max + 1)[None, :]
         with np.errstate(divide="ignore", invalid="ignore"):
             tokens = np.where(a < 1.0, (1.0 - a ** (k + 1)) / (1.0 - a), k + 1.0)
-        cost = np.array([live.round(kind, n) for n in range(k_max + 1)])
+        cost = live.rounds(kind, k_max)
         rates = tokens / cost
         rates[:, 0] = 0.0  # a source is asked for at least one token
         self.kind = kind

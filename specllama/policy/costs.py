@@ -45,6 +45,8 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
 
+import numpy as np
+
 from specllama.engine.control import MODEL, MTP, NGRAM, PLAIN, STEPPED
 from specllama.policy.verify_curve import RunningRatio, VerifyCurve
 
@@ -194,28 +196,28 @@ class _Overhead:
         self._fitted = (0.0, 0.0)  # base, per_row of the rounds seen
         self._start = (0.0, 0.0)  # an earlier run's base, per_row
         self._start_weight = 0.0
+        # The line now, kept as plain numbers: the rate tables read it dozens of times a round.
+        self.base, self.per_row = 0.0, 0.0
 
     def start_from(self, base: float, per_row: float, weight: float) -> None:
         self._start, self._start_weight = (base, per_row), weight
+        self._blend()
 
     @property
     def weight(self) -> float:
         """What the line rests on, in rounds: this run's (faded), and an earlier run's."""
         return self.sums[0] + self._start_weight
 
-    @property
-    def base(self) -> float:
-        return self._blend(0)
-
-    @property
-    def per_row(self) -> float:
-        return self._blend(1)
-
-    def _blend(self, i: int) -> float:
+    def _blend(self) -> None:
+        """The line: the rounds' fit, with an earlier run's weighed in as its rounds."""
         start, seen = self._start_weight, self.sums[0]
         if not start:
-            return self._fitted[i]
-        return (start * self._start[i] + seen * self._fitted[i]) / (start + seen)
+            self.base, self.per_row = self._fitted
+            return
+        self.base, self.per_row = (
+            (start * was + seen * fitted) / (start + seen)
+            for was, fitted in zip(self._start, self._fitted)
+        )
 
     def add(self, rows: int, seconds: float) -> None:
         new = (1.0, rows, rows * rows, seconds, rows * seconds)
@@ -225,6 +227,7 @@ class _Overhead:
         det = n * (rr + self.prior) - r * r
         per_row = max((n * ry - r * y) / det, 0.0)
         self._fitted = (max((y - per_row * r) / n, 0.0), per_row)
+        self._blend()
 
     def __call__(self, rows: int) -> float:
         return self.base + self.per_row * rows
@@ -330,6 +333,21 @@ class LiveCosts:
         if k == 0:
             return self.plain()
         return self._round(kind, k, self.verify(k + 1))
+
+    def rounds(self, kind: str, k_max: int) -> np.ndarray:
+        """[C_s(0), ..., C_s(k_max)]: what `round` gives for each length, in one call. A rate
+        table needs them all and is redone whenever the costs move, which beside other slots
+        is most rounds: on a slot's turn on the GIL, which every slot of the step waits for."""
+        k = np.arange(1, k_max + 1)
+        if self.batch_price is not None:
+            share, per_token = self.batch_price
+            verify = share + per_token * k  # V(k + 1), as `verify`
+        else:
+            verify = np.array([self.verify_curve(n) for n in range(2, k_max + 2)])
+        draft = k * self.draft_step() if kind in STEPPED else 0.0
+        overhead = self.overhead[kind]
+        costs = draft + verify + (overhead.base + overhead.per_row * (k + 1))
+        return np.concatenate(([self.plain()], costs))
 
     def optimistic_round(self, kind: str, k: int) -> float:
         """C_s(k) with V at its plausible best (`VerifyCurve.optimistic`): what a draft longer

@@ -79,6 +79,20 @@ def test_a_round_costs_its_drafts_its_verify_and_its_python():
     assert live.round(MODEL, 0) == live.plain() == pytest.approx(0.020)
 
 
+@pytest.mark.parametrize("price", [None, (0.030, 0.028), (0.030, float("inf"))])
+def test_a_tables_round_costs_at_once_are_each_rounds_own(price):
+    live = LiveCosts(COSTS)
+    for k in (1, 8, 2, 16, 4) * 5:  # learnt overheads and a draft scale, not the defaults
+        python = 0.001 + 0.0002 * (k + 1)
+        live.learn(MODEL, k, k, k * 0.004, 1.2 * COSTS.verify(k + 1), 0.1 + python)
+        live.learn(NGRAM, k, 0, 0.0, COSTS.verify(k + 1), COSTS.verify(k + 1) + 2 * python)
+    live.in_batch(price)
+    for kind in (MODEL, NGRAM, PLAIN):
+        assert live.rounds(kind, 0).tolist() == [live.round(kind, 0)]
+        each = [live.round(kind, k) for k in range(40)]  # past the curve's largest batch too
+        assert live.rounds(kind, 39).tolist() == each
+
+
 def test_learns_that_the_machine_got_slower():
     live = LiveCosts(COSTS)
     for _ in range(60):
