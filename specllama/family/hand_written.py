@@ -215,7 +215,7 @@ class Hermes(ToolFormat):
             # not held to its end (a small Qwen model's fenced JSON ran 110 tokens, ~13 s of
             # silence to Claude Code). What follows the name is read on as text is.
             name = member_at(text, brace, ("name",))
-            if string_at(text, name) in self.names or name is None or name.end is None:
+            if name is None or name.end is None or string_at(text, name) in self.names:
                 return None
             return Segment(text[begin : name.end]), name.end, False
         data, end = found

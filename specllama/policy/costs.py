@@ -339,11 +339,7 @@ class LiveCosts:
         table needs them all and is redone whenever the costs move, which beside other slots
         is most rounds: on a slot's turn on the GIL, which every slot of the step waits for."""
         k = np.arange(1, k_max + 1)
-        if self.batch_price is not None:
-            share, per_token = self.batch_price
-            verify = share + per_token * k  # V(k + 1), as `verify`
-        else:
-            verify = np.array([self.verify_curve(n) for n in range(2, k_max + 2)])
+        verify = np.array([self.verify(n) for n in range(2, k_max + 2)])  # cheap; its own rule
         draft = k * self.draft_step() if kind in STEPPED else 0.0
         overhead = self.overhead[kind]
         costs = draft + verify + (overhead.base + overhead.per_row * (k + 1))
