@@ -98,6 +98,23 @@ def test_each_sequence_of_a_batched_step_gets_its_own_logits(shared, alone):
         assert view.tokens == tokens and view.n_past == len(tokens)
 
 
+def test_parts_given_out_of_sequence_order_get_their_own_rows(shared, alone):
+    """The batch goes to llama.cpp in sequence order (faster with a cache per sequence);
+    each part still gets its own rows, in the order the parts were given."""
+    prompts = [shared.tokenize(text, add_bos=False) for text in TEXTS]
+    for seq in range(3):
+        shared.forget(seq, 0)
+    order = [2, 0, 1]
+    parts = [Part(seq, 0, prompts[seq], range(len(prompts[seq]))) for seq in order]
+    rows = shared.decode_parts(parts)
+    for seq, own in zip(order, rows, strict=True):
+        expected = each_alone(alone, prompts[seq])
+        assert own.shape == expected.shape
+        np.testing.assert_allclose(own, expected, atol=2e-3)
+    for seq in range(3):
+        shared.forget(seq, 0)
+
+
 def test_a_prompt_alone_goes_in_whole_batches(shared, alone):
     """No other slot runs: the prompt is not cut to `chunk` tokens a step, but to the batch
     the context takes (prefill as fast as one model alone)."""
