@@ -2,8 +2,8 @@
 cancelled prompt's evaluated tokens are reused by its retry, and SIGTERM mid-prefill ends the
 server at once with every client answered.
 
-Prefills are made long by long prompts on the F32 SmolLM2 with one thread (a few seconds for
-~1,500 tokens here), and the keepalive interval is shortened (--keepalive) so that a client
+Prefills are made long by long prompts on the F32 SmolLM2 with one thread (~12 s for ~1,300
+tokens on a 2-core EPYC), and the keepalive interval is shortened (--keepalive) so that a client
 with an idle timeout of IDLE_S seconds, shorter than the prefill, gets through.
 """
 
@@ -31,8 +31,9 @@ IDLE_S = 1.5  # the clients' idle timeout: shorter than any prefill below
 EXTRA = ["--drafter", "none", "--keepalive", str(KEEPALIVE_S), "--cache-ram", "1"]
 
 
-def long_message(tag: str, lines: int = 130) -> str:
-    """About 12 tokens a line; `tag` first, so that no two tags share a prompt prefix."""
+def long_message(tag: str, lines: int = 60) -> str:
+    """About 21 tokens a line (60 lines: ~1,300 tokens, a prefill of ~12 s here); `tag` first,
+    so that no two tags share a prompt prefix."""
     body = "\n".join(
         f"{i}. {tag} note {i * 7 % 13}: the parcel went from depot {i % 5} to gate {i % 11}."
         for i in range(lines)
@@ -123,7 +124,7 @@ def test_a_client_with_a_short_idle_timeout_gets_through_a_long_prefill(
 
 
 def test_a_prompt_cancelled_mid_prefill_is_reused_by_its_retry_in_every_api(idle: Server):
-    text = long_message("retry", lines=160)
+    text = long_message("retry", lines=80)  # ~1,700 tokens: the retry's cancel lands mid-prompt
     # What the slot holds of an earlier test's prompt until this one is begun: not this one's.
     stale = idle.request("GET", "/slots")[2]["slots"][0]["n_held"]
     conn = http.client.HTTPConnection(*idle.address, timeout=60)
