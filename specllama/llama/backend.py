@@ -59,9 +59,10 @@ class LlamaBackend(EvaluatedTokens):
     """A loaded model with one context (sequence 0).
 
     `n_seq`: sequences the context holds (a server's slots; one for a recurrent model), each
-    with `n_ctx // n_seq` tokens of its own KV cache (llama.cpp's streams, not one shared
-    buffer: a sequence's attention then spans only its own cells, as it would alone). This
-    object's own bookkeeping is sequence 0's; `specllama.llama.sequences` keeps the others'.
+    holding at most `n_ctx // n_seq` tokens: in one KV cache shared by all (a quantised model)
+    or in a cache of its own (an exact model, --exact, or `unified_kv=False`: its attention then
+    reads only its own cells, as it would alone). This object's own bookkeeping is sequence
+    0's; `specllama.llama.sequences` keeps the others'.
 
     `extra_buffers`: llama.cpp's extra buffer types (CPU weight repacking, AMX kernels). None
     decides it the safe way for this machine (`specllama.llama.amx`: off only where the AMX kernels
