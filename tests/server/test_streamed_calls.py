@@ -14,10 +14,13 @@ import pytest
 from specllama.engine.stats import GenerationStats
 from specllama.family.hand_written import Hermes
 from specllama.family.reader import AnswerReader
-from specllama.server.anthropic import MessageAnswer, parse_messages
+from specllama.server.anthropic import parse_messages
+from specllama.server.anthropic_answer import MessageAnswer
 from specllama.server.driver import Done, Text
-from specllama.server.openai_chat import ChatAnswer, parse_chat
-from specllama.server.openai_responses import ResponseAnswer, parse_responses
+from specllama.server.openai_chat import parse_chat
+from specllama.server.openai_chat_answer import ChatAnswer
+from specllama.server.openai_responses import parse_responses
+from specllama.server.openai_responses_answer import ResponseAnswer
 from specllama.server.wire import Served
 from specllama.tool_calls import Tool
 
