@@ -432,7 +432,7 @@ class LlamaBackend(EvaluatedTokens):
         if self.aborted:
             raise DecodeInterrupted("the server is stopping")
         # In sequence order: with a KV cache per sequence (an exact model, --exact), a step of
-        # four slots' tokens given out of order took 172-193 ms against 129-139 ms in order
+        # four slots' tokens given out of order took 170-210 ms against 128-139 ms in order
         # (Qwen2.5-Coder-1.5B Q4_K_M, 2-core EPYC; research/RESULTS.md, issue 53).
         order = sorted(range(len(parts)), key=lambda i: parts[i].seq)
         offset = 0
