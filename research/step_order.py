@@ -33,7 +33,6 @@ def measure(model: str, threads: int, unified: bool, shuffled: bool, steps: int)
     """The median seconds of a four-token step (one token per sequence), in this process."""
     from specllama.llama.backend import LlamaBackend
     from specllama.llama.evaluated import Part
-    from specllama.llama.structs import fill_batch
 
     backend = LlamaBackend(model, n_ctx=4096, n_threads=threads, n_seq=4, unified_kv=unified)
     text = backend.tokenize((ROOT / "README.md").read_text())
@@ -50,17 +49,7 @@ def measure(model: str, threads: int, unified: bool, shuffled: bool, steps: int)
 
     def step_as_given(parts: list[Part]) -> None:
         """decode_parts before it sorted: the batch in the order the parts came."""
-        offset = 0
-        for part in parts:
-            fill_batch(
-                backend._batch,
-                part.tokens,
-                part.first_pos,
-                part.logits_at,
-                seq=part.seq,
-                offset=offset,
-            )
-            offset += len(part.tokens)
+        backend._fill_parts(parts)
         assert backend._lib.llama_decode(backend._ctx, backend._batch) == 0
 
     seconds = []

@@ -435,17 +435,7 @@ class LlamaBackend(EvaluatedTokens):
         # four slots' tokens given out of order took 170-210 ms against 128-139 ms in order
         # (Qwen2.5-Coder-1.5B Q4_K_M, 2-core EPYC; research/RESULTS.md, issue 53).
         order = sorted(range(len(parts)), key=lambda i: parts[i].seq)
-        offset = 0
-        for part in (parts[i] for i in order):
-            fill_batch(
-                self._batch,
-                part.tokens,
-                part.first_pos,
-                part.logits_at,
-                seq=part.seq,
-                offset=offset,
-            )
-            offset += len(part.tokens)
+        offset = self._fill_parts([parts[i] for i in order])
         started = time.perf_counter()
         with self._waiting():
             status = self._lib.llama_decode(self._ctx, self._batch)
@@ -468,6 +458,21 @@ class LlamaBackend(EvaluatedTokens):
         self.n_decode_sequences += len({part.seq for part in parts})
         self.decode_seconds += time.perf_counter() - started
         return out
+
+    def _fill_parts(self, parts: Sequence[Part]) -> int:
+        """Put the parts in the batch, in the order given; the tokens they hold."""
+        offset = 0
+        for part in parts:
+            fill_batch(
+                self._batch,
+                part.tokens,
+                part.first_pos,
+                part.logits_at,
+                seq=part.seq,
+                offset=offset,
+            )
+            offset += len(part.tokens)
+        return offset
 
     def forget(self, seq: int, n_past: int) -> None:
         """Drop sequence `seq`'s cache from position `n_past` on (a KV cache only)."""
