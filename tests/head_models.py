@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import gguf
+import gguf_reading
 import numpy as np
 import qwen35_models
 from qwen35_models import _head, _weights
@@ -63,12 +64,18 @@ _EOG_TEXTS = ("</s>", "<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|eom_id|>",
 _SELF_ATTENTION = 400.0
 
 
-def _copy_tokenizer(writer: gguf.GGUFWriter, vocab_src: Path) -> int:
-    reader = gguf.GGUFReader(vocab_src)
+def _copy_tokenizer(
+    writer: gguf.GGUFWriter, vocab_src: Path, chat_template: str | None = None
+) -> int:
+    """The tokenizer of `vocab_src`, with `chat_template` instead of its own if given."""
+    reader = gguf_reading.read(vocab_src)
     for field in reader.fields.values():
         if field.name.startswith("tokenizer."):
+            value = field.contents()
+            if field.name == "tokenizer.chat_template" and chat_template is not None:
+                value = chat_template
             sub = field.types[-1] if field.types[0] == gguf.GGUFValueType.ARRAY else None
-            writer.add_key_value(field.name, field.contents(), field.types[0], sub_type=sub)
+            writer.add_key_value(field.name, value, field.types[0], sub_type=sub)
     return len(reader.fields["tokenizer.ggml.tokens"].contents())
 
 
@@ -106,10 +113,12 @@ def write_llama_target(
     next_token: np.ndarray,
     logit: float = 30.0,
     dtype: type = np.float32,
+    chat_template: str | None = None,
 ) -> Path:
-    """A llama whose greedy text follows `next_token` (tokenizer from `vocab_src`)."""
+    """A llama whose greedy text follows `next_token` (tokenizer from `vocab_src`, with
+    `chat_template` instead of its own if given)."""
     writer = gguf.GGUFWriter(out, "llama")
-    n_vocab = _copy_tokenizer(writer, vocab_src)
+    n_vocab = _copy_tokenizer(writer, vocab_src, chat_template)
     assert len(next_token) == n_vocab
     writer.add_name(f"synthetic llama {shape.name}")
     _hparams(writer, shape, shape.n_layer, shape.n_head, shape.n_head_kv)
@@ -346,7 +355,7 @@ def _mask_token(vocab_src: Path) -> int:
 def next_token_map(vocab_src: Path) -> np.ndarray:
     """A permutation of the ordinary tokens; control tokens and those llama.cpp ends at stay
     in place (`qwen35_models.next_token_map`), so that no answer ends by chance."""
-    tokens = gguf.GGUFReader(vocab_src).fields["tokenizer.ggml.tokens"].contents()
+    tokens = gguf_reading.read(vocab_src).fields["tokenizer.ggml.tokens"].contents()
     ends = [i for i, text in enumerate(tokens) if text in _EOG_TEXTS]
     fixed = np.union1d(qwen35_models.control_tokens(vocab_src), ends)
     return qwen35_models.next_token_map(len(tokens), fixed=fixed)

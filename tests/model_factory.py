@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import gguf
+import gguf_reading
 import numpy as np
 
 from specllama.models.pip_mirror import assemble_from_wheels
@@ -83,7 +84,7 @@ def smollm2_q4_changed_vocab() -> Path:
 
 def copy_gguf_raw(src: Path, dst: Path, *, token_overrides: dict[int, str]) -> None:
     """`src` with some tokens renamed, its tensors copied as they are (quantised ones too)."""
-    reader = gguf.GGUFReader(src)
+    reader = gguf_reading.read(src)
     arch = reader.fields["general.architecture"].contents()
     writer = gguf.GGUFWriter(dst, arch)
     for field in reader.fields.values():
@@ -171,7 +172,7 @@ def copy_gguf(
 ) -> None:
     """Rewrite `src` as F32 (all tensors dequantised), optionally keeping only the first
     `n_layers` blocks, renaming some tokens and replacing the chat template."""
-    reader = gguf.GGUFReader(src)
+    reader = gguf_reading.read(src)
     arch = reader.fields["general.architecture"].contents()
     writer = gguf.GGUFWriter(dst, arch)
     for field in reader.fields.values():
@@ -225,7 +226,7 @@ def qwen35_next_token():
     import qwen35_models
 
     vocab = smollm2_q4()
-    n_vocab = len(gguf.GGUFReader(vocab).fields["tokenizer.ggml.tokens"].contents())
+    n_vocab = len(gguf_reading.read(vocab).fields["tokenizer.ggml.tokens"].contents())
     return qwen35_models.next_token_map(n_vocab, fixed=qwen35_models.control_tokens(vocab))
 
 

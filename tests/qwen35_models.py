@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import gguf
+import gguf_reading
 import numpy as np
 
 ARCH = "qwen35"
@@ -58,7 +59,7 @@ SHAPES = {s.name: s for s in (TINY, SHAPE_2B, SHAPE_9B)}
 
 def control_tokens(vocab_src: Path) -> np.ndarray:
     """The ids the tokenizer marks as control tokens (end of turn, end of text, ...)."""
-    types = gguf.GGUFReader(vocab_src).fields["tokenizer.ggml.token_type"].contents()
+    types = gguf_reading.read(vocab_src).fields["tokenizer.ggml.token_type"].contents()
     return np.flatnonzero(np.asarray(types) == int(gguf.TokenType.CONTROL))
 
 
@@ -107,7 +108,7 @@ def write_qwen35(
     dtype: type = np.float32,
 ) -> Path:
     """Write the model; `mtp_next` None writes no MTP block. Tokenizer from `vocab_src`."""
-    reader = gguf.GGUFReader(vocab_src)
+    reader = gguf_reading.read(vocab_src)
     n_vocab = len(reader.fields["tokenizer.ggml.tokens"].contents())
     assert len(next_token) == n_vocab
     writer = gguf.GGUFWriter(out, ARCH)
@@ -239,7 +240,7 @@ def main() -> None:
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     shape = SHAPES[args.shape]
-    n_vocab = len(gguf.GGUFReader(args.vocab).fields["tokenizer.ggml.tokens"].contents())
+    n_vocab = len(gguf_reading.read(args.vocab).fields["tokenizer.ggml.tokens"].contents())
     mapping = next_token_map(n_vocab, fixed=control_tokens(args.vocab))
     dtype = np.float32 if shape is TINY else np.float16
     for a in args.acceptance:

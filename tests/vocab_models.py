@@ -11,9 +11,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import gguf
+import gguf_reading
 import head_models
 import llama_sdist
 import model_factory
+import numpy as np
+import qwen35_models
+from chat_templates import all_templates
 
 MEMBER = "vendor/llama.cpp/models/ggml-vocab-{name}.gguf"
 NAMES = ("qwen2", "llama-spm")
@@ -42,12 +46,41 @@ def tiny_with_vocab(name: str) -> Path:
     return model_factory._derived(f"llama-tiny.{name}-vocab.F32.gguf", build)
 
 
+def qwen_saying_hello() -> Path:
+    """A tiny F32 llama with Qwen2's tokenizer and Qwen2.5's chat template (tools and all)
+    that answers every chat prompt "Hello" and stops: its next-token permutation takes the
+    template's last token (the newline after `<|im_start|>assistant`) to "Hello" and "Hello"
+    to `<|im_end|>`, at a logit no sampling overrides. A stand-in where a test needs long
+    prompts served as a real model serves them, fast, and answers that end (a coding agent's
+    protocol), not what a model would say."""
+
+    def build(dst: Path) -> None:
+        vocab = vocab_file("qwen2")
+        fields = gguf_reading.read(vocab).fields
+        tokens = fields["tokenizer.ggml.tokens"].contents()
+        types = np.asarray(fields["tokenizer.ggml.token_type"].contents())
+        newline, hello, end = (tokens.index(text) for text in ("\u010a", "Hello", "<|im_end|>"))
+        # Control tokens and ends map to themselves (`head_models.next_token_map`), the
+        # newline and "Hello" are taken out of the permutation of the rest for the cycle.
+        ends = [i for i, text in enumerate(tokens) if text in head_models._EOG_TEXTS]
+        fixed = np.union1d(np.flatnonzero(types == int(gguf.TokenType.CONTROL)), ends)
+        fixed = np.union1d(fixed, [newline, hello])
+        mapping = qwen35_models.next_token_map(len(tokens), fixed=fixed)
+        mapping[[newline, hello, end]] = [hello, end, newline]  # a cycle: still a permutation
+        template = all_templates()["Qwen-Qwen2.5-7B-Instruct"]
+        head_models.write_llama_target(
+            dst, head_models.TINY, vocab, next_token=mapping, chat_template=template
+        )
+
+    return model_factory._derived("llama-tiny.qwen2-vocab.says-hello.F32.gguf", build)
+
+
 def without_chat_template(src: Path) -> Path:
     """`src` (its tensors as they are) without `tokenizer.chat_template`: a draft that has no
     template of its own."""
 
     def build(dst: Path) -> None:
-        reader = gguf.GGUFReader(src)
+        reader = gguf_reading.read(src)
         arch = reader.fields["general.architecture"].contents()
         writer = gguf.GGUFWriter(dst, arch)
         for field in reader.fields.values():
