@@ -355,10 +355,15 @@ def _mask_token(vocab_src: Path) -> int:
 def next_token_map(vocab_src: Path) -> np.ndarray:
     """A permutation of the ordinary tokens; control tokens and those llama.cpp ends at stay
     in place (`qwen35_models.next_token_map`), so that no answer ends by chance."""
+    n_vocab = len(gguf_reading.read(vocab_src).fields["tokenizer.ggml.tokens"].contents())
+    return qwen35_models.next_token_map(n_vocab, fixed=unmoved_tokens(vocab_src))
+
+
+def unmoved_tokens(vocab_src: Path) -> np.ndarray:
+    """The tokens `next_token_map` leaves in place: control tokens and ends."""
     tokens = gguf_reading.read(vocab_src).fields["tokenizer.ggml.tokens"].contents()
     ends = [i for i, text in enumerate(tokens) if text in _EOG_TEXTS]
-    fixed = np.union1d(qwen35_models.control_tokens(vocab_src), ends)
-    return qwen35_models.next_token_map(len(tokens), fixed=fixed)
+    return np.union1d(qwen35_models.control_tokens(vocab_src), ends)
 
 
 def partly_right(mapping: np.ndarray, acceptance: float) -> np.ndarray:

@@ -56,15 +56,11 @@ def qwen_saying_hello() -> Path:
 
     def build(dst: Path) -> None:
         vocab = vocab_file("qwen2")
-        fields = gguf_reading.read(vocab).fields
-        tokens = fields["tokenizer.ggml.tokens"].contents()
-        types = np.asarray(fields["tokenizer.ggml.token_type"].contents())
+        tokens = gguf_reading.read(vocab).fields["tokenizer.ggml.tokens"].contents()
         newline, hello, end = (tokens.index(text) for text in ("\u010a", "Hello", "<|im_end|>"))
-        # Control tokens and ends map to themselves (`head_models.next_token_map`), the
-        # newline and "Hello" are taken out of the permutation of the rest for the cycle.
-        ends = [i for i, text in enumerate(tokens) if text in head_models._EOG_TEXTS]
-        fixed = np.union1d(np.flatnonzero(types == int(gguf.TokenType.CONTROL)), ends)
-        fixed = np.union1d(fixed, [newline, hello])
+        # As `head_models.next_token_map`, with the newline and "Hello" taken out of the
+        # permutation of the rest for the cycle.
+        fixed = np.union1d(head_models.unmoved_tokens(vocab), [newline, hello])
         mapping = qwen35_models.next_token_map(len(tokens), fixed=fixed)
         mapping[[newline, hello, end]] = [hello, end, newline]  # a cycle: still a permutation
         template = all_templates()["Qwen-Qwen2.5-7B-Instruct"]
