@@ -73,7 +73,7 @@ def serve(
     log: Path,
     ctx: int = CTX,
     env: dict | None = None,
-    threads: int = 1,
+    threads: int = 2,
 ) -> Iterator[Server]:
     """`specllama serve` on `target` in a subprocess until the test is done, then Ctrl-C."""
     command = [sys.executable, "-m", "specllama", "serve", "--target", str(target), *extra]
@@ -132,7 +132,7 @@ def run_target_alone(prompt: str, max_tokens: int, *extra: str, target: Path | N
     from model_factory import smollm2_f32
 
     args = ["run", prompt, "--target", str(target or smollm2_f32()), "-n", str(max_tokens)]
-    args += ["--drafter", "none", "--ctx", str(CTX), "--threads", "1", *extra]
+    args += ["--drafter", "none", "--ctx", str(CTX), "--threads", "2", *extra]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     return result.stdout.splitlines()

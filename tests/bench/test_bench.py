@@ -499,7 +499,7 @@ def test_bench_takes_a_draft_of_another_vocabulary(
         app,
         ["bench", "--target", str(smol_f32), "--draft", str(smol_q4_bad_vocab), "--prompts",
          str(prompt_file), "--full", "--fixed", "--configs", "target,model:3", "-n", "12",
-         "--repeats", "1", "--no-warmup", "--threads", "1", "--json", str(out),
+         "--repeats", "1", "--no-warmup", "--threads", "2", "--json", str(out),
          "--report", str(page)],
     )  # fmt: skip
     assert result.exit_code == 0, result.output

@@ -67,7 +67,7 @@ def specllama(*args: str, env: dict[str, str], stdin: bytes = b"") -> subprocess
 
 
 def answer(*args: str, env: dict[str, str]) -> dict:
-    done = specllama("run", *args, "--json", "--threads", "1", env=env)
+    done = specllama("run", *args, "--json", "--threads", "2", env=env)
     assert done.returncode == 0, done.stderr.decode()
     return json.loads(done.stdout)
 
@@ -149,7 +149,7 @@ def test_a_gbnf_grammar_and_a_lark_grammar(smol_f32: Path, files: Path, cache):
 
 
 def test_plain_output_is_the_bare_json(person_run, alone, cache):
-    done = specllama("run", *person_run, "--drafter", "none", "--threads", "1", env=cache)
+    done = specllama("run", *person_run, "--drafter", "none", "--threads", "2", env=cache)
     assert done.returncode == 0, done.stderr
     assert done.stdout.decode() == alone["text"] + "\n"  # pipes straight into jq
 
@@ -158,7 +158,7 @@ def test_chat_answers_every_turn_under_the_schema(smol_f32: Path, files: Path, c
     lines = f"{ASK}\nNow Bob, 45, who likes hiking.\n/exit\n".encode()
     done = specllama(
         "chat",
-        *["-t", str(smol_f32), "--drafter", "ngram", "-n", "64", "--threads", "1"],
+        *["-t", str(smol_f32), "--drafter", "ngram", "-n", "64", "--threads", "2"],
         *["--json-schema", str(files / "person.json")],
         stdin=lines,
         env={**cache, "XDG_STATE_HOME": str(tmp_path)},

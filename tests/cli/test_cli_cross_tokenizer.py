@@ -45,7 +45,7 @@ def error_lines(stderr: bytes) -> list[str]:
 def alone(smol_f32: Path) -> str:
     """The target alone's greedy answer to QUESTION."""
     done = specllama("run", QUESTION, "-t", smol_f32, "--drafter", "none", "-n", N, "--json",
-                     "--threads", "1")  # fmt: skip
+                     "--threads", "2")  # fmt: skip
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)["text"]
 
@@ -54,7 +54,7 @@ def test_a_piped_chat_turn_drafts_across_tokenizers(smol_f32, smol_q4_bad_vocab,
     saved = tmp_path / "chat.json"
     lines = f"{QUESTION}\n/save {saved}\n/exit\n".encode()
     done = specllama(
-        "chat", "-t", smol_f32, "-d", smol_q4_bad_vocab, "--fixed", "-n", N, "--threads", "1",
+        "chat", "-t", smol_f32, "-d", smol_q4_bad_vocab, "--fixed", "-n", N, "--threads", "2",
         stdin=lines, env={"XDG_STATE_HOME": str(tmp_path)},
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -72,7 +72,7 @@ def test_a_draft_without_a_chat_template_drafts_the_targets_text(
 ):
     draft = vocab_models.without_chat_template(smol_q4_bad_vocab)
     done = specllama("run", QUESTION, "-t", smol_f32, "-d", draft, "--fixed", "-n", N, "--json",
-                     "--threads", "1")  # fmt: skip
+                     "--threads", "2")  # fmt: skip
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
     assert data["text"] == alone and data["n_accepted"] > 0
@@ -92,7 +92,7 @@ def test_a_draft_without_a_chat_template_drafts_the_targets_text(
 )
 def test_a_byte_level_and_sentencepiece_pair_is_one_line(smol_q4, spm_vocab_tiny, roles, fragment):
     target, draft = (smol_q4, spm_vocab_tiny) if roles == "spm draft" else (spm_vocab_tiny, smol_q4)
-    done = specllama("run", "hi", "-t", target, "-d", draft, "-n", "4", "--threads", "1")
+    done = specllama("run", "hi", "-t", target, "-d", draft, "-n", "4", "--threads", "2")
     assert done.returncode == 1 and done.stdout == b""
     [line] = error_lines(done.stderr)
     assert line.startswith("error: the draft model cannot draft for this target"), line

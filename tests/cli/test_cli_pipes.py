@@ -32,7 +32,7 @@ def specllama(
 
 @pytest.fixture(scope="module")
 def models(smol_f32: Path, smol_q4: Path) -> list[str]:
-    return ["-t", str(smol_f32), "-d", str(smol_q4), "--threads", "1", "-n", "12"]
+    return ["-t", str(smol_f32), "-d", str(smol_q4), "--threads", "2", "-n", "12"]
 
 
 def error_lines(stderr: bytes) -> list[str]:

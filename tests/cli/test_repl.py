@@ -44,7 +44,7 @@ def engine(smol_f32: Path, smol_q4: Path) -> Iterator[Engine]:
         drafter="model",
         draft_max=4,
         n_ctx=1024,
-        n_threads=1,
+        n_threads=2,
         **FIXED,
     )
     with Engine(config) as loaded:
@@ -199,7 +199,7 @@ def test_mtp_chat_second_turn_and_ctrl_c_keep_both_caches_right(qwen35_mtp: Path
 
 def test_context_trimming_drops_old_turns_with_a_notice(smol_f32: Path, smol_q4: Path):
     config = EngineConfig(
-        target=smol_f32, draft=smol_q4, drafter="model", n_ctx=192, n_threads=1, **FIXED
+        target=smol_f32, draft=smol_q4, drafter="model", n_ctx=192, n_threads=2, **FIXED
     )
     with Engine(config) as small:
         view = text_view()
@@ -307,7 +307,7 @@ class Terminal:
 
 
 def chat_args(smol_f32: Path, smol_q4: Path, *extra: str) -> list[str]:
-    return ["chat", "-t", str(smol_f32), "-d", str(smol_q4), "--threads", "1", *FIXED_FLAG, *extra]
+    return ["chat", "-t", str(smol_f32), "-d", str(smol_q4), "--threads", "2", *FIXED_FLAG, *extra]
 
 
 def test_repl_in_a_pty_two_turns_command_ctrl_c_and_a_third_turn(

@@ -56,7 +56,7 @@ def test_greedy_chat_completions_equal_the_target_alone_in_two_slots_at_once(ser
 
 def test_a_sentencepiece_draft_stops_the_start_in_one_line(smol_f32: Path, spm_vocab_tiny: Path):
     command = [sys.executable, "-m", "specllama", "serve", "--target", str(smol_f32), "--draft",
-               str(spm_vocab_tiny), "--ctx", "512", "--threads", "1", "--port", "0"]  # fmt: skip
+               str(spm_vocab_tiny), "--ctx", "512", "--threads", "2", "--port", "0"]  # fmt: skip
     done = subprocess.run(
         command, capture_output=True, timeout=120, env={**os.environ, "NO_COLOR": "1"}
     )

@@ -49,7 +49,8 @@ def chat_body(text: str, **more: object) -> dict:
 @pytest.fixture(scope="module")
 def server(smol_f32: Path, tmp_path_factory) -> Iterator[Server]:
     log = tmp_path_factory.mktemp("long") / "stderr.txt"
-    yield from serve(smol_f32, EXTRA, log, ctx=CTX)
+    # One thread: the prefills must outlast 2 * IDLE_S even on a faster machine than this.
+    yield from serve(smol_f32, EXTRA, log, ctx=CTX, threads=1)
 
 
 @pytest.fixture
@@ -181,7 +182,7 @@ def test_a_state_too_big_for_the_cache_is_said_once_in_the_log(server: Server):
 def test_sigterm_mid_prefill_ends_the_server_within_2_s_with_every_client_answered(
     smol_f32: Path, tmp_path: Path
 ):
-    started = serve(smol_f32, EXTRA, tmp_path / "stderr.txt", ctx=CTX)
+    started = serve(smol_f32, EXTRA, tmp_path / "stderr.txt", ctx=CTX, threads=1)
     server = next(started)
     answers: dict[str, object] = {}
 
