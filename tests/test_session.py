@@ -13,7 +13,7 @@ from specllama.policy.controller import CROSS_MODEL_PRIOR, MODEL, PRIORS
 from specllama.policy.costs import Costs
 from specllama.session import Engine, EngineConfig
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.own_calibrations]  # what is cached is checked
 
 
 def answer(engine: Engine, text: str, n: int) -> FinishEvent:

@@ -341,6 +341,7 @@ def prompt_file(tmp_path: Path) -> Path:
 
 
 @pytest.mark.slow
+@pytest.mark.own_calibrations  # cached only when trusted
 def test_bench_end_to_end_json_follows_the_schema(
     smol_f32, smol_q4, prompt_file, tmp_path, monkeypatch, validate
 ):

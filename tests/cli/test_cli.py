@@ -171,6 +171,7 @@ def test_unknown_pair_suggests_names():
     assert "qwen2.5-coder-1.5b" in result.stderr
 
 
+@pytest.mark.own_calibrations  # none cached before the run
 def test_doctor_shows_the_calibration_that_an_adaptive_run_measured(smol_q4, tmp_path, monkeypatch):
     monkeypatch.setenv("SPECLLAMA_CACHE", str(tmp_path))
     doctor = CliRunner().invoke(app, ["doctor", "--json"])

@@ -14,6 +14,8 @@ import pytest
 from specllama.policy import calibration
 from specllama.policy.costs import Costs, Learnt
 
+pytestmark = pytest.mark.own_calibrations  # what is cached is the subject
+
 
 class TimedFake:
     """Decoding n tokens 'takes' base + per_token * n seconds (added to decode_seconds)."""
