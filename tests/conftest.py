@@ -69,8 +69,8 @@ def session_calibrations(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def calibrations_kept_apart(request: pytest.FixtureRequest, session_calibrations: Path):
     """Calibrations the tests measure (small models, timed beside other tests) go to one folder
     of the session, never the user's cache, so that a pair is measured once, as for a user; and
-    a measurement that fails its checks is not measured again (on this busy machine most of them
-    fail, so each took three or four tries: a third of the bench and CLI tests' time). A test
+    a measurement that fails its checks is not measured again (on a busy test machine many fail,
+    and took three or four tries: calibrating was a third of the bench and CLI tests' time). A test
     marked `own_calibrations` (one that checks what is measured, retried and cached) keeps them
     under its SPECLLAMA_CACHE with the retries, as a user's run does."""
     from specllama import paths
