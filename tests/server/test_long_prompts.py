@@ -28,6 +28,7 @@ CTX = 4096
 CHUNK = 512  # the target's batch: one slot evaluates a prompt this many tokens at a time
 KEEPALIVE_S = 0.3
 IDLE_S = 1.5  # the clients' idle timeout: shorter than any prefill below
+THREADS = 1  # so that the prefills outlast 2 * IDLE_S on a faster machine than this one too
 EXTRA = ["--drafter", "none", "--keepalive", str(KEEPALIVE_S), "--cache-ram", "1"]
 
 
@@ -49,8 +50,7 @@ def chat_body(text: str, **more: object) -> dict:
 @pytest.fixture(scope="module")
 def server(smol_f32: Path, tmp_path_factory) -> Iterator[Server]:
     log = tmp_path_factory.mktemp("long") / "stderr.txt"
-    # One thread: the prefills must outlast 2 * IDLE_S even on a faster machine than this.
-    yield from serve(smol_f32, EXTRA, log, ctx=CTX, threads=1)
+    yield from serve(smol_f32, EXTRA, log, ctx=CTX, threads=THREADS)
 
 
 @pytest.fixture
@@ -182,7 +182,7 @@ def test_a_state_too_big_for_the_cache_is_said_once_in_the_log(server: Server):
 def test_sigterm_mid_prefill_ends_the_server_within_2_s_with_every_client_answered(
     smol_f32: Path, tmp_path: Path
 ):
-    started = serve(smol_f32, EXTRA, tmp_path / "stderr.txt", ctx=CTX, threads=1)
+    started = serve(smol_f32, EXTRA, tmp_path / "stderr.txt", ctx=CTX, threads=THREADS)
     server = next(started)
     answers: dict[str, object] = {}
 
