@@ -10,7 +10,7 @@ The adaptive controller
 It picks the source and length k with the highest expected rate E(a, k) / C(k), tokens per
 second (`specllama.policy.costs`: E is the expected tokens of a round at acceptance a, C what
 the round costs here, learnt online), and drafts nothing when nothing beats the target alone,
-1 / C(0), by `margin`.
+1 / C(0), by `margin` (beside other slots, by `BATCH_MARGIN` more).
 
 What it knows of a source's acceptance a is a Beta posterior: a prior (`PRIORS`, worth
 `prior_weight` tokens for an n-gram lane, `model_prior_weight` for the draft model, whose one
@@ -146,6 +146,14 @@ LONG_COPY = 32
 # answer at 1.08x or more, 16 takes the mean over categories from 0.92 to 0.94 of the best fixed
 # choice (extraction of 23-31 tokens 0.61 -> 0.91) and answers of 6-10 tokens to 0.71x.
 CATCH_UP_HORIZON = 16
+# Beside other slots, a draft must beat the target's rate by this much more than alone. Its
+# rate counts its own tokens; but a slot that drafts finishes early and narrows the batch,
+# whose other tokens then cost more (four slots to three on the 2-core EPYC: 37.5 -> 43 ms a
+# token). Where a drafted token costs about what a step's own token does (four slots there: 39
+# against 42 ms), a copy's drafts gained it ~4% and cost the phase 4-6% (traced: 16 drafted
+# steps, 2.4 s of a 32 s phase; research/batch_bound.py finds no schedule that beats plain
+# batching there). Where the batch has slack (eight slots there, a GPU) drafts gain far more.
+BATCH_MARGIN = 0.10
 
 
 def _draft_steps(round_: RoundEvent) -> int:
@@ -377,7 +385,9 @@ class AdaptiveController:
             # What the target alone costs is what every choice is weighed against: see it
             # once before believing the calibration's word on anything else.
             return "", 0
-        worth = (1.0 + self.margin) / self.live.plain()  # the rate to beat: the target alone's
+        # The rate to beat: the target alone's, by the margin (more beside other slots).
+        margin = self.margin + (BATCH_MARGIN if self.live.batch_price is not None else 0.0)
+        worth = (1.0 + margin) / self.live.plain()
         horizon = max(min(remaining, max(generated, self.min_horizon)), 1)  # tokens still expected
         best: tuple[str, int] = ("", 0)
         best_rate = worth

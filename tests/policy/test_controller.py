@@ -405,6 +405,16 @@ def test_beside_other_slots_a_copy_drafts_only_where_the_batch_has_slack():
     assert batched_copy_rounds((0.5, math.inf)) == [0] * 12  # another slot's prompt goes in
 
 
+def test_beside_other_slots_a_copy_does_not_draft_for_a_few_percent():
+    """Four slots on the 2-core EPYC, as the stepper priced them in a traced phase: 42 ms a
+    slot, 39 ms a drafted token. A copy's drafts at ~99% make its own tokens ~4% cheaper, but
+    it then leaves the batch early and the other slots' tokens cost ~15% more in the narrower
+    steps (research/batch_bound.py: no schedule beats plain batching there): it drafts only
+    for a clear gain."""
+    assert batched_copy_rounds((0.042, 0.039)) == [0] * 12
+    assert max(batched_copy_rounds((0.042, 0.025))) >= 4
+
+
 def test_an_answer_given_again_is_drafted_at_once():
     """The same 48-token answer again, with the memory of the first (a match as long as any):
     a long draft from the first drafting round instead of the ramp's 4, 16, ..., on the
