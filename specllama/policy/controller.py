@@ -150,9 +150,10 @@ CATCH_UP_HORIZON = 16
 # rate counts its own tokens; but a slot that drafts finishes early and narrows the batch,
 # whose other tokens then cost more (four slots to three on the 2-core EPYC: 37.5 -> 43 ms a
 # token). Where a drafted token costs about what a step's own token does (four slots there: 39
-# against 42 ms), a copy's drafts gained it ~4% and cost the phase 4-6% (traced: 16 drafted
-# steps, 2.4 s of a 32 s phase; research/batch_bound.py finds no schedule that beats plain
-# batching there). Where the batch has slack (eight slots there, a GPU) drafts gain far more.
+# against 42 ms), a copy's drafts made its own tokens ~4% cheaper and the phase longer
+# (traced: 16 drafted steps, 2.4 s of a 32 s phase; research/batch_bound.py finds no schedule
+# that beats plain batching there). Where the batch has slack (eight slots there, a GPU)
+# drafts gain far more.
 BATCH_MARGIN = 0.10
 
 
