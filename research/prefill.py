@@ -54,6 +54,13 @@ def messages_for(length: int) -> list[dict]:
 
 def first_token(port: int, messages: list[dict]) -> tuple[float, int]:
     """(seconds to the first content token, the prompt's tokens as the server counted them)."""
+    seconds, last = streamed_first_token(port, messages)
+    return seconds, (last.get("usage") or {}).get("prompt_tokens", 0)
+
+
+def streamed_first_token(port: int, messages: list[dict]) -> tuple[float, dict]:
+    """One streamed greedy request for one token: (seconds to the first content token, the
+    last chunk that carried figures: its `usage`, and llama-server's `timings`)."""
     body = {"model": "m", "messages": messages, "max_tokens": 1, "stream": True}
     body |= {"temperature": 0, "stream_options": {"include_usage": True}}
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=7200)
@@ -63,7 +70,7 @@ def first_token(port: int, messages: list[dict]) -> tuple[float, int]:
     )
     response = connection.getresponse()
     assert response.status == 200, response.read()
-    first, n_prompt = None, 0
+    first, figures = None, {}
     for raw in response:
         line = raw.decode().strip()
         if not line.startswith("data: ") or line == "data: [DONE]":
@@ -72,10 +79,10 @@ def first_token(port: int, messages: list[dict]) -> tuple[float, int]:
         delta = (chunk.get("choices") or [{}])[0].get("delta", {})
         if first is None and (delta.get("content") or delta.get("reasoning_content")):
             first = time.perf_counter()
-        if chunk.get("usage"):
-            n_prompt = chunk["usage"]["prompt_tokens"]
+        if chunk.get("usage") or chunk.get("timings"):
+            figures = chunk
     connection.close()
-    return (first or time.perf_counter()) - sent, n_prompt
+    return (first or time.perf_counter()) - sent, figures
 
 
 def measure(command: str, messages: list[dict]) -> tuple[float, int]:

@@ -19,44 +19,23 @@ extension's times (a server's over the first server's), median and range.
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from agent_trace import free_port, start, warm_files
-from prefill import CHARS_PER_TOKEN, source_text
+from prefill import CHARS_PER_TOKEN, source_text, streamed_first_token
 
 QUESTION = "\n\nWhat does the last function above do?"
 
 
 def timed_request(port: int, text: str) -> tuple[float, int]:
     """(seconds to the first content token, prompt tokens the server evaluated for it)."""
-    body = {"model": "m", "max_tokens": 1, "stream": True, "temperature": 0}
-    body |= {"messages": [{"role": "user", "content": text + QUESTION}]}
-    body |= {"stream_options": {"include_usage": True}}
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=7200)
-    sent = time.perf_counter()
-    connection.request(
-        "POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"}
-    )
-    response = connection.getresponse()
-    assert response.status == 200, response.read()
-    first, evaluated = None, 0
-    for raw in response:
-        line = raw.decode().strip()
-        if not line.startswith("data: ") or line == "data: [DONE]":
-            continue
-        chunk = json.loads(line[6:])
-        delta = (chunk.get("choices") or [{}])[0].get("delta", {})
-        if first is None and (delta.get("content") or delta.get("reasoning_content")):
-            first = time.perf_counter()
-        evaluated = _evaluated(chunk) or evaluated
-    connection.close()
-    return (first or time.perf_counter()) - sent, evaluated
+    messages = [{"role": "user", "content": text + QUESTION}]
+    seconds, figures = streamed_first_token(port, messages)
+    return seconds, _evaluated(figures)
 
 
 def _evaluated(chunk: dict) -> int:
@@ -85,12 +64,13 @@ def main() -> None:
     results: dict[str, dict] = {server: {"whole": None, "extensions": []} for server in ports}
     try:
         for server, port in ports.items():
-            measure(results[server], "whole", port, text[:base_chars], server)
+            results[server]["whole"] = measure(port, text[:base_chars], "whole", server)
         for k in range(1, args.extensions + 1):
             order = list(ports) if k % 2 else list(reversed(ports))
             for server in order:
                 prompt = text[: base_chars + k * step_chars]
-                measure(results[server], "extensions", ports[server], prompt, server)
+                taken = measure(ports[server], prompt, f"ext {k}", server)
+                results[server]["extensions"].append(taken)
     finally:
         for process in processes:
             process.terminate()
@@ -100,14 +80,10 @@ def main() -> None:
         args.out.write_text(json.dumps(results, indent=1))
 
 
-def measure(result: dict, kind: str, port: int, prompt: str, server: str) -> None:
+def measure(port: int, prompt: str, label: str, server: str) -> tuple[float, int]:
     seconds, evaluated = timed_request(port, prompt)
-    if kind == "whole":
-        result["whole"] = (seconds, evaluated)
-    else:
-        result["extensions"].append((seconds, evaluated))
-    label = kind if kind == "whole" else f"ext {len(result['extensions'])}"
     print(f"{label:<7} {server[:60]:<60} {evaluated:>6} tok {seconds:8.2f} s", flush=True)
+    return seconds, evaluated
 
 
 def report(results: dict[str, dict], servers: list[str]) -> None:
